@@ -1,0 +1,167 @@
+"""What each input and output of a traced forward is.
+
+In: the fake primal values before and after the forward ran, and the forward's
+flat outputs. Out: `InputInfo` per input (mutated data or metadata, seen by
+autograd or not, requires grad) and `OutputInfo` per user output (fresh, the
+input itself, a view of an input, a view of another output, a constant), plus
+the list of tensors the forward graph must return (`forward_outputs`).
+
+These facts come from the fake tensors themselves (object identity, storage
+identity, version counters, `grad_fn`), so they need no functionalized graph.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+
+@dataclass(frozen=True)
+class InputState:
+    """A primal's state before the forward ran, to compare with after."""
+
+    version: int
+    grad_fn: Any
+    size: tuple
+    stride: tuple
+    storage_offset: int
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "InputState":
+        return InputState(t._version, t.grad_fn, tuple(t.shape), t.stride(), t.storage_offset())
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    index: int
+    requires_grad: bool
+    is_leaf: bool
+    mutates_data: bool
+    mutates_metadata: bool
+    mutation_visible_to_autograd: bool  # False for mutations done under no_grad
+
+
+class OutputKind(enum.Enum):
+    FRESH = "fresh"                      # returned by the compiled forward
+    INPUT = "input"                      # the input object itself
+    ALIAS_OF_INPUT = "alias_of_input"    # a view of an input, rebuilt from the real input
+    ALIAS_OF_OUTPUT = "alias_of_output"  # a view of a forward output (or intermediate base)
+    SAME_AS_OUTPUT = "same_as_output"    # the same tensor object as an earlier output
+    CONSTANT = "constant"                # not a tensor
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    kind: OutputKind
+    index: int | None = None  # input index, forward-output index or user-output index, by kind
+    size: tuple = ()
+    stride: tuple = ()
+    storage_offset: int = 0  # relative to the base's own storage offset for ALIAS_OF_OUTPUT
+    requires_grad: bool = False
+    value: Any = None  # CONSTANT only
+
+
+@dataclass
+class ForwardAnalysis:
+    inputs: list[InputInfo]
+    outputs: list[OutputInfo]
+    forward_outputs: list[torch.Tensor] = field(default_factory=list)  # fresh outputs, then bases
+    num_fresh_user_outputs: int = 0
+    forward_output_strides: list[tuple] = field(default_factory=list)
+
+    @property
+    def mutated_inputs(self) -> list[InputInfo]:
+        return [i for i in self.inputs if i.mutates_data]
+
+
+def _storage(t: torch.Tensor) -> StorageWeakRef:
+    return StorageWeakRef(t.untyped_storage())
+
+
+def analyse_inputs(values: Sequence[torch.Tensor], before: Sequence[InputState],
+                   is_leaf: Sequence[bool], hidden_writes: set[int] = frozenset()) -> list[InputInfo]:
+    infos = []
+    for i, (t, state) in enumerate(zip(values, before)):
+        after = InputState.of(t)
+        mutates_data = after.version != state.version or id(t) in hidden_writes
+        mutates_metadata = (after.size, after.stride, after.storage_offset) != (
+            state.size, state.stride, state.storage_offset)
+        visible = mutates_data and t.requires_grad and t.grad_fn is not state.grad_fn
+        infos.append(InputInfo(i, t.requires_grad, is_leaf[i], mutates_data, mutates_metadata, visible))
+    return infos
+
+
+def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any]) -> ForwardAnalysis:
+    """Classify the flat user outputs; pick the tensors the forward graph returns.
+
+    Outputs that view an input are rebuilt at run time from the real input, so
+    they stay real views (a later in-place op on them shows in the input, as in
+    eager). Outputs that share storage with each other are rebuilt as views of
+    one returned base: the output that owns the storage, or else the
+    intermediate `._base` added as an extra forward output.
+    """
+    input_index = {id(v): i for i, v in enumerate(values)}
+    input_storage = {}
+    for i, v in enumerate(values):
+        input_storage.setdefault(_storage(v), i)
+
+    infos: list[OutputInfo | None] = [None] * len(outs)
+    forward_outputs: list[torch.Tensor] = []
+    forward_index: dict[int, int] = {}  # id(tensor) -> forward output index
+    first_user_index: dict[int, int] = {}
+    storage_users: dict[StorageWeakRef, list[int]] = {}
+    for k, out in enumerate(outs):
+        if not isinstance(out, torch.Tensor):
+            infos[k] = OutputInfo(OutputKind.CONSTANT, value=out)
+            continue
+        meta = dict(size=tuple(out.shape), stride=out.stride(), storage_offset=out.storage_offset(),
+                    requires_grad=out.requires_grad)
+        if id(out) in first_user_index:
+            infos[k] = OutputInfo(OutputKind.SAME_AS_OUTPUT, first_user_index[id(out)], **meta)
+            continue
+        first_user_index[id(out)] = k
+        if id(out) in input_index:
+            infos[k] = OutputInfo(OutputKind.INPUT, input_index[id(out)], **meta)
+            continue
+        storage = _storage(out)
+        if storage in input_storage:
+            infos[k] = OutputInfo(OutputKind.ALIAS_OF_INPUT, input_storage[storage], **meta)
+            continue
+        storage_users.setdefault(storage, []).append(k)
+
+    # Fresh outputs: alone in their storage and not a view. Otherwise the group
+    # is rebuilt from one base: an output that is not a view (one that requires
+    # grad first), or else the intermediate `._base` of the views.
+    bases: dict[StorageWeakRef, torch.Tensor] = {}
+    for storage, users in storage_users.items():
+        members = [outs[k] for k in users]
+        if len(members) == 1 and members[0]._base is None:
+            continue
+        owners = sorted((t for t in members if t._base is None), key=lambda t: not t.requires_grad)
+        bases[storage] = owners[0] if owners else members[0]._base
+    for storage, users in storage_users.items():
+        base = bases.get(storage)
+        for k in users:
+            if base is None or outs[k] is base:
+                out = outs[k]
+                forward_index[id(out)] = len(forward_outputs)
+                forward_outputs.append(out)
+                infos[k] = OutputInfo(OutputKind.FRESH, forward_index[id(out)], tuple(out.shape),
+                                      out.stride(), out.storage_offset(), out.requires_grad)
+    num_fresh = len(forward_outputs)
+    for storage, base in bases.items():
+        if id(base) not in forward_index:
+            forward_index[id(base)] = len(forward_outputs)
+            forward_outputs.append(base)
+        for k in storage_users[storage]:
+            if infos[k] is None:
+                out = outs[k]
+                infos[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, forward_index[id(base)], tuple(out.shape),
+                                      out.stride(), out.storage_offset() - base.storage_offset(),
+                                      out.requires_grad)
+    return ForwardAnalysis(
+        inputs=[], outputs=infos, forward_outputs=forward_outputs, num_fresh_user_outputs=num_fresh,
+        forward_output_strides=[t.stride() for t in forward_outputs])

@@ -1,0 +1,237 @@
+"""The entry points: aot_function, aot_module, aot_module_simplified, aot_export_joint.
+
+The driver reads top to bottom as the pipeline (`compile_flat`):
+
+    traced = trace_joint(fn, fake_args)            # capture + analysis + joint (one pass)
+    gm, plan = functionalize(traced.gm)            # pure graph
+    fw_gm, bw_gm = partition_fn(gm, ...)           # what to save
+    fw, bw = fw_compiler(fw_gm), bw_compiler(bw_gm)
+    runtime = TrainingRuntime(RuntimePlan(...), Epilogue.plan(...))
+
+Each entry point flattens its inputs, keys a cache on what the compiled code
+assumed (sizes, strides, dtypes, requires_grad, duplicated inputs, grad mode),
+and compiles on a miss.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from aotgrad import config
+from aotgrad.analysis import OutputKind
+from aotgrad.errors import UnsupportedError
+from aotgrad.functionalize import functionalize
+from aotgrad.joint import TracedJoint, trace_joint
+from aotgrad.partition import default_partition
+from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
+from aotgrad.trace import fake_mode_for, to_fake
+
+log = logging.getLogger("aotgrad")
+
+
+def nop(gm: fx.GraphModule, example_inputs) -> Callable:
+    """The identity graph compiler: run the graph as traced."""
+    return gm
+
+
+@dataclass
+class Options:
+    fw_compiler: Callable
+    bw_compiler: Callable | None = None
+    partition_fn: Callable | None = None
+    decompositions: dict | None = None
+    inference_compiler: Callable | None = None
+    dynamic: bool = False
+    stages: list = field(default_factory=list)  # provenance lines of the last compile
+
+
+def _placeholder_vals(gm: fx.GraphModule) -> list:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_name: str) -> None:
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    for info in traced.analysis.inputs:
+        if info.mutates_metadata:
+            raise UnsupportedError(
+                f"aotgrad cannot compile `{fn_name}`: it changes the shape or strides of input {info.index} "
+                "in place (e.g. `x.t_()`, `x.resize_()`); the compiled code cannot do that to the caller's "
+                "tensor. To continue: return the reshaped tensor instead of mutating the input's metadata.")
+    storages: dict = {}
+    for i, f in enumerate(fakes):
+        storages.setdefault(StorageWeakRef(f.untyped_storage()), []).append(i)
+    mutated = {info.index for info in traced.analysis.mutated_inputs}
+    for group in storages.values():
+        if len(group) > 1 and mutated.intersection(group):
+            raise UnsupportedError(
+                f"aotgrad cannot compile `{fn_name}`: inputs {group} are views of one tensor and input "
+                f"{sorted(mutated.intersection(group))[0]} is mutated, so a write through one must show "
+                "in the others; aotgrad does not support that yet. To continue: pass the base tensor "
+                "once and take the views inside the function, or pass `.clone()`s.")
+
+
+def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
+                 fn_name: str = "fn", runner=None):
+    """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake)."""
+    fake_mode = fake_mode_for(example_args)
+    fakes = [to_fake(fake_mode, a) for a in example_args]
+    grad_mode = torch.is_grad_enabled()
+    needs_grad = grad_mode and any(f.requires_grad for f in fakes)
+    traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=needs_grad,
+                         decompositions=options.decompositions, fn_name=fn_name)
+    _reject_unsupported(traced, fakes, fn_name)
+    gm, fplan = functionalize(traced.gm)
+    options.stages = [f"trace: {len(traced.gm.graph.nodes)} nodes", str(fplan)]
+    log.debug("aotgrad %s\n%s", fn_name, "\n".join(options.stages))
+    epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after)
+    if not needs_grad:
+        compiler = options.inference_compiler or options.fw_compiler
+        return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None
+    partition_fn = options.partition_fn or default_partition
+    fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
+    forward = options.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
+    backward = (options.bw_compiler or options.fw_compiler)(bw_gm, _placeholder_vals(bw_gm))
+    differentiable = [j in set(traced.tangent_sources) for j in range(traced.num_forward_outputs)]
+    plan = RuntimePlan(forward, backward, traced.num_forward_outputs, len(fakes), traced.tangent_sources,
+                       traced.tangent_strides, traced.grad_inputs, differentiable)
+    return TrainingRuntime(plan, epilogue), fw_gm, bw_gm
+
+
+# -- keys --------------------------------------------------------------------
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
+            t.requires_grad and t.is_leaf)
+
+
+def _dedupe(tensors: Sequence[torch.Tensor]) -> tuple[list[int], tuple[int, ...]]:
+    """Indices of first occurrences, and for each position the index of its first occurrence."""
+    first: dict[int, int] = {}
+    source = []
+    for i, t in enumerate(tensors):
+        source.append(first.setdefault(id(t), i))
+    keep = [i for i, s in enumerate(source) if s == i]
+    return keep, tuple(source)
+
+
+def _storage_groups(tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    seen: dict[int, int] = {}
+    return tuple(seen.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors))
+
+
+class AotFunction:
+    """aot_function's result: compiles per input signature, then runs the cached runtime."""
+
+    def __init__(self, fn: Callable, options: Options):
+        self.fn = fn
+        self.options = options
+        self.cache: dict[tuple, tuple] = {}
+        self.__name__ = getattr(fn, "__name__", "fn")
+        self.last_graphs: tuple = ()
+
+    def __call__(self, *args, **kwargs):
+        entry, tensors, keep = self._entry(args, kwargs)
+        runtime, out_spec = entry
+        outs = runtime([tensors[i] for i in keep])
+        return pytree.tree_unflatten(outs, out_spec[0])
+
+    def precompile(self, *args, **kwargs) -> None:
+        """Compile for inputs like these (real or fake) without running."""
+        self._entry(args, kwargs)
+
+    def _entry(self, args, kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+        tensors = [flat[i] for i in positions]
+        keep, source = _dedupe(tensors)
+        others = tuple((i, v) for i, v in enumerate(flat) if not isinstance(v, torch.Tensor))
+        key = (spec, others, source, _storage_groups(tensors), torch.is_grad_enabled(),
+               tuple(_tensor_key(t) for t in tensors))
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = self.cache[key] = self._compile(flat, spec, positions, keep, source, tensors)
+        return entry, tensors, keep
+
+    def _compile(self, flat, spec, positions, keep, source, tensors):
+        out_spec: list = [None]
+        index_of_kept = {k: n for n, k in enumerate(keep)}
+
+        def flat_fn(*unique):
+            values = list(flat)
+            for pos, src in zip(positions, source):
+                values[pos] = unique[index_of_kept[src]]
+            args, kwargs = pytree.tree_unflatten(values, spec)
+            out = self.fn(*args, **kwargs)
+            leaves, out_spec[0] = pytree.tree_flatten(out)
+            return leaves
+
+        runtime, *graphs = compile_flat(flat_fn, [tensors[i] for i in keep], self.options,
+                                        fn_name=self.__name__)
+        self.last_graphs = tuple(graphs)
+        return runtime, out_spec
+
+
+def _options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic) -> Options:
+    return Options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic)
+
+
+def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Callable | None = None, *,
+                 partition_fn: Callable | None = None, decompositions: dict | None = None,
+                 inference_compiler: Callable | None = None, dynamic: bool = False) -> AotFunction:
+    """Compile fn's forward and backward ahead of time, on first call per input signature.
+
+        f = aotgrad.aot_function(lambda x, y: (x * y).sin(), aotgrad.nop)
+        out = f(x, y); out.sum().backward()      # same values and grads as eager
+
+    fw_compiler(gm, example_inputs) -> callable compiles the forward graph; bw_compiler
+    (default: fw_compiler) the backward; inference_compiler the graph used when no grad
+    is needed. partition_fn(joint_gm, joint_inputs, num_fwd_outputs=n) -> (fw_gm, bw_gm).
+    """
+    return AotFunction(fn, _options(fw_compiler, bw_compiler, partition_fn, decompositions,
+                                    inference_compiler, dynamic))
+
+
+class AotModule(torch.nn.Module):
+    """aot_module's result: the module's parameters and buffers are graph inputs."""
+
+    def __init__(self, module: torch.nn.Module, options: Options):
+        super().__init__()
+        self.orig_module = module
+        self.options = options
+
+        def functional_call(state, args, kwargs):
+            with torch.nn.utils.stateless._reparametrize_module(self.orig_module, state):
+                return self.orig_module(*args, **kwargs)
+
+        functional_call.__name__ = type(module).__name__ + ".forward"
+        self.compiled = AotFunction(functional_call, options)
+
+    def forward(self, *args, **kwargs):
+        state = {**dict(self.orig_module.named_parameters(remove_duplicate=False)),
+                 **dict(self.orig_module.named_buffers(remove_duplicate=False))}
+        return self.compiled(state, args, kwargs)
+
+
+def aot_module(module: torch.nn.Module, fw_compiler: Callable, bw_compiler: Callable | None = None,
+               **options) -> AotModule:
+    """aot_function for a module: parameters and buffers are traced as inputs, so
+    gradients reach `param.grad` and buffer updates (BatchNorm running stats) are written back."""
+    return AotModule(module, _options(fw_compiler, bw_compiler, options.get("partition_fn"),
+                                      options.get("decompositions"), options.get("inference_compiler"),
+                                      options.get("dynamic", False)))
+
+
+def aot_module_simplified(gm: fx.GraphModule, example_inputs: Sequence[Any], fw_compiler: Callable,
+                          bw_compiler: Callable | None = None, **options) -> Callable:
+    """Compile a torch.compile FX graph; returns a callable over the same flat inputs."""
+    from aotgrad.simplified import compile_graph_module
+
+    return compile_graph_module(gm, example_inputs, _options(
+        fw_compiler, bw_compiler, options.get("partition_fn"), options.get("decompositions"),
+        options.get("inference_compiler"), options.get("dynamic", False)))

@@ -1,0 +1,23 @@
+"""aotgrad's knobs: plain module attributes, read by the entry points only.
+
+    import aotgrad
+    aotgrad.config.partitioner = "min_cut"
+"""
+import os
+
+# Which partitioner the `aotgrad` backend uses: "default" or "min_cut".
+partitioner = "default"
+# Fraction of the no-recompute saved bytes the min-cut partitioner may keep (issue 5).
+activation_memory_budget = 1.0
+# Absolute byte bound on saved activations, or None (issue 5).
+activation_memory_budget_bytes = None
+# Split graphs at DDP bucket boundaries under torch.compile (issue 7).
+optimize_ddp = True
+# Print compiled-autograd graphs (issue 6).
+compiled_autograd_verbose = False
+# On-disk cache of traced and partitioned graphs (issue 8).
+cache_dir = os.path.join(os.path.expanduser("~"), ".cache", "aotgrad")
+# Level of the `aotgrad` loggers: "warning", "info" or "debug"; AOTGRAD_LOG overrides.
+log_level = os.environ.get("AOTGRAD_LOG", "warning")
+# Lint every stage's graph and check aotgrad's invariants (slower; for debugging).
+check_graphs = False

@@ -1,0 +1,61 @@
+"""Errors aotgrad raises, worded about the user's program: what, why, what to do.
+
+In: an exception raised while tracing, or a fact about a graph we cannot
+handle. Out: an exception whose first sentence keeps PyTorch's wording where
+PyTorch's tests pin it, followed by the cause, the cure and the user's line.
+"""
+from __future__ import annotations
+
+import traceback
+
+from aotgrad.trace.tracer import _is_library_file
+
+
+class AotgradError(RuntimeError):
+    """Base class of aotgrad's own errors (a RuntimeError, as PyTorch's are)."""
+
+
+class TraceError(AotgradError):
+    """The user's code cannot be traced as written."""
+
+
+class UnsupportedError(AotgradError):
+    """A valid PyTorch program that aotgrad does not support (yet); says the workaround."""
+
+
+def user_line_of(exc: BaseException) -> str | None:
+    """The innermost user frame of an exception's traceback, as 'file:line  code'."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library_file(f.filename)]
+    if not frames:
+        return None
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno}   {f.line}"
+
+
+def _with_line(message: str, line: str | None) -> str:
+    return message + (f"\n  at {line}" if line else "")
+
+
+def translate_trace_error(e: Exception, fn_name: str, in_backward: bool = False) -> Exception:
+    """Turn a tracing failure into an error about the user's program, or return e as is."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    where = f"the backward of `{fn_name}`" if in_backward else f"`{fn_name}`"
+    line = user_line_of(e)
+    text = str(e)
+    if "Cannot access data pointer" in text:
+        return TraceError(_with_line(
+            f"Cannot access data pointer of a tensor while aotgrad traces {where}. "
+            "Tracing runs on fake tensors, which have no memory, so `data_ptr()` has no answer. "
+            "To continue: do not read data pointers inside compiled code (for a custom op, register a "
+            "fake kernel with torch.library.register_fake that does not touch data).", line))
+    if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException)) or (
+            "data-dependent" in text.lower() and "GuardOnDataDependentSymNode" in type(e).__name__):
+        op = getattr(e, "func", None)
+        op_name = f"`{op}`" if op is not None else "an op"
+        return TraceError(_with_line(
+            f"aotgrad cannot trace {where}: {op_name} needs real tensor values (its result or its "
+            "output shape depends on the data), but tracing runs on fake tensors, so there are none yet. "
+            "To continue: compute that value outside the compiled function and pass it in, or use "
+            "torch.compile(backend=\"aotgrad\"), which splits the graph at that call.", line))
+    return e

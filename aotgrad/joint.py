@@ -1,0 +1,167 @@
+"""The joint forward+backward program, traced in one pass.
+
+In: a flat function `fn(*primals) -> flat outputs` and fake primals.
+Out: a `TracedJoint`: one non-functional graph
+    joint(*primals, *tangents) -> (*forward_outputs, *mutated_inputs, *grads)
+and the facts the later stages need (what each output is, which inputs were
+mutated, which forward outputs have tangents, which primals get a grad).
+
+The forward runs once under the recorder with autograd on; then the autograd
+engine itself runs the backward (`torch.autograd.grad`) under the same
+recorder, so the backward ops are recorded with the forward op they
+differentiate. With `trace_joint=False` only the forward is traced (the
+inference graph). Views and in-place ops are still in the graph; the
+functionalize stage removes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from aotgrad.analysis import ForwardAnalysis, InputState, analyse_inputs, analyse_outputs
+from aotgrad.errors import translate_trace_error
+from aotgrad.trace import GraphRecorder
+
+
+@dataclass
+class TracedJoint:
+    gm: fx.GraphModule
+    analysis: ForwardAnalysis
+    num_primals: int
+    num_forward_outputs: int         # forward_outputs + mutated inputs
+    tangent_sources: list[int]       # forward output index of each tangent
+    tangent_strides: list[tuple]     # layout each tangent was traced with
+    grad_inputs: list[int]           # primal index of each grad output
+    grad_mode_after: bool            # grad mode the traced code leaves behind
+    traced_backward: bool
+
+
+def _is_differentiable(t: torch.Tensor) -> bool:
+    return t.requires_grad and (t.is_floating_point() or t.is_complex())
+
+
+def _dense_strides(t: torch.Tensor) -> tuple:
+    """t's strides if they describe a dense, non-overlapping layout; else contiguous ones."""
+    if _non_overlapping_and_dense(t):
+        return tuple(t.stride())
+    strides, expected = [], 1
+    for size in reversed(t.shape):
+        strides.append(expected)
+        expected *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    dims = sorted((d for d in range(t.dim()) if t.shape[d] != 1), key=lambda d: t.stride(d))
+    expected = 1
+    for d in dims:
+        if t.stride(d) != expected:
+            return False
+        expected *= t.shape[d]
+    return True
+
+
+def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], trace_backward: bool):
+    """Placeholders for the primals, and the values the traced code sees.
+
+    A primal that requires grad is traced as a fake leaf so autograd can
+    differentiate with respect to it. If the real input is not a leaf, the
+    code sees a hidden clone of that leaf: in-place ops on non-leaf inputs are
+    legal in eager, and the clone keeps them legal without entering the graph.
+    """
+    leaves, values = [], []
+    for i, p in enumerate(primals):
+        if trace_backward and p.requires_grad:
+            with recorder.fake_mode, torch.enable_grad():
+                leaf = p.detach().requires_grad_(True)
+                value = leaf if p.is_leaf else leaf.clone()
+        else:
+            leaf = value = p
+        node = recorder.placeholder(f"primals_{i + 1}", value)
+        node.meta["val"] = value
+        recorder.bind(leaf, node)
+        leaves.append(leaf)
+        values.append(value)
+    return leaves, values
+
+
+def _reraise(e: Exception, fn_name: str, in_backward: bool):
+    translated = translate_trace_error(e, fn_name, in_backward=in_backward)
+    if translated is e:
+        raise e
+    raise translated from e
+
+
+def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: FakeTensorMode,
+                trace_backward: bool, decompositions: dict | None = None,
+                fn_name: str = "fn", outputs_as_returned: bool = False) -> TracedJoint:
+    """Trace fn's forward, and its backward if `trace_backward`, into one graph.
+
+    With `outputs_as_returned` (export), the forward outputs are fn's tensor outputs
+    exactly as returned, aliases included, instead of the runtime's choice.
+    """
+    recorder = GraphRecorder(fake_mode, decompositions)
+    leaves, values = _prepare_primals(recorder, primals, trace_backward)
+    before = [InputState.of(v) for v in values]
+    grad_mode = torch.is_grad_enabled()
+    try:
+        with fake_mode, recorder:
+            outs = list(fn(*values))
+    except Exception as e:
+        _reraise(e, fn_name, in_backward=False)
+    finally:
+        grad_mode_after = torch.is_grad_enabled()
+        torch.set_grad_enabled(grad_mode)
+
+    analysis = analyse_outputs(values, outs)
+    if outputs_as_returned:
+        analysis.forward_outputs = [o for o in outs if isinstance(o, torch.Tensor)]
+    analysis.inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.hidden_writes)
+    mutated = [info.index for info in analysis.mutated_inputs]
+    forward_outputs = analysis.forward_outputs + [values[i] for i in mutated]
+    graph_outputs: list[Any] = list(forward_outputs)
+
+    tangent_sources, tangent_strides, grad_inputs = [], [], []
+    if trace_backward:
+        differentiable = [
+            j for j, t in enumerate(forward_outputs)
+            if _is_differentiable(t)
+            and (j < len(analysis.forward_outputs)
+                 or analysis.inputs[mutated[j - len(analysis.forward_outputs)]].mutation_visible_to_autograd)
+        ]
+        tangents = []
+        for n, j in enumerate(differentiable):
+            out = forward_outputs[j]
+            stride = _dense_strides(out)
+            with fake_mode:
+                tangent = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
+            recorder.placeholder(f"tangents_{n + 1}", tangent)
+            tangents.append(tangent)
+            tangent_sources.append(j)
+            tangent_strides.append(stride)
+        grad_inputs = [i for i, p in enumerate(primals) if p.requires_grad]
+        grads: Sequence[Any] = [None] * len(grad_inputs)
+        if differentiable and grad_inputs:
+            recorder.in_backward = True
+            try:
+                with fake_mode, recorder:
+                    grads = torch.autograd.grad(
+                        [forward_outputs[j] for j in differentiable], [leaves[i] for i in grad_inputs],
+                        tangents, allow_unused=True)
+            except Exception as e:
+                _reraise(e, fn_name, in_backward=True)
+            finally:
+                recorder.in_backward = False
+        graph_outputs += list(grads)
+
+    recorder.graph.output(tuple(recorder.node_of(o) if o is not None else None for o in graph_outputs))
+    root = torch.nn.Module()
+    for name, value in recorder.constants.items():
+        setattr(root, name, value)
+    gm = fx.GraphModule(root, recorder.graph)
+    return TracedJoint(gm, analysis, len(primals), len(forward_outputs), tangent_sources, tangent_strides,
+                       grad_inputs, grad_mode_after, trace_backward)

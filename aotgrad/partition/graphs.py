@@ -1,0 +1,99 @@
+"""Graph surgery shared by the partitioners: split a joint graph into its parts,
+and build the forward and backward graphs from a chosen saved set.
+
+In: a functional joint graph (placeholders named primals_* and tangents_*).
+Out: `JointParts` (which nodes the forward needs, which the backward runs),
+and the two GraphModules.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import operator
+
+import torch
+import torch.fx as fx
+
+
+@dataclass
+class JointParts:
+    joint: fx.GraphModule
+    primals: list[fx.Node]
+    tangents: list[fx.Node]
+    fw_outputs: list
+    grad_outputs: list
+    forward_nodes: set        # nodes the forward outputs need (primals included)
+    backward_nodes: list      # nodes the grads need that the forward does not compute, in order
+
+
+def _ancestors(roots, stop: set | None = None) -> set:
+    seen: set = set()
+    stack = [r for r in roots if isinstance(r, fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(node.all_input_nodes)
+    return seen
+
+
+def split_joint(joint_gm: fx.GraphModule, num_fwd_outputs: int) -> JointParts:
+    placeholders = [n for n in joint_gm.graph.nodes if n.op == "placeholder"]
+    primals = [n for n in placeholders if not n.target.startswith("tangents")]
+    tangents = [n for n in placeholders if n.target.startswith("tangents")]
+    output = next(n for n in reversed(joint_gm.graph.nodes) if n.op == "output")
+    outs = list(output.args[0])
+    fw_outputs, grad_outputs = outs[:num_fwd_outputs], outs[num_fwd_outputs:]
+    forward_nodes = _ancestors(fw_outputs)
+    # A multi-output op's results are read through getitem; a tuple cannot be saved,
+    # so every getitem of a forward op is forward too (it costs nothing).
+    for node in list(forward_nodes):
+        forward_nodes.update(u for u in node.users if u.target is operator.getitem and u not in forward_nodes
+                             and all(a in forward_nodes for a in u.all_input_nodes))
+    backward_needed = _ancestors(grad_outputs)
+    backward_nodes = [n for n in joint_gm.graph.nodes
+                      if n in backward_needed and n not in forward_nodes and n.op != "placeholder"]
+    return JointParts(joint_gm, primals, tangents, fw_outputs, grad_outputs, forward_nodes, backward_nodes)
+
+
+def _copy_nodes(graph: fx.Graph, nodes, env: dict) -> None:
+    for node in nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+
+
+def build_forward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
+    graph = fx.Graph()
+    env: dict = {}
+    _copy_nodes(graph, parts.primals, env)
+    needed_for_saved = set().union(*(_ancestors([s]) for s in saved)) if saved else set()
+    body = [n for n in parts.joint.graph.nodes
+            if (n in parts.forward_nodes or n in needed_for_saved) and n.op != "placeholder"]
+    _copy_nodes(graph, body, env)
+    outputs = [env[o] if isinstance(o, fx.Node) else o for o in parts.fw_outputs]
+    graph.output(tuple(outputs + [env[s] for s in saved]))
+    gm = fx.GraphModule(parts.joint, graph)
+    gm.meta["num_saved"] = len(saved)
+    return gm
+
+
+def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
+    graph = fx.Graph()
+    env: dict = {}
+    for node in saved:
+        placeholder = graph.placeholder(node.name)
+        placeholder.meta = dict(node.meta)
+        env[node] = placeholder
+    _copy_nodes(graph, parts.tangents, env)
+    saved_set = set(saved)
+    _copy_nodes(graph, [n for n in parts.backward_nodes if n not in saved_set], env)
+    graph.output(tuple(env[g] if isinstance(g, fx.Node) else g for g in parts.grad_outputs))
+    gm = fx.GraphModule(parts.joint, graph)
+    gm.meta["num_saved"] = len(saved)
+    return gm
+
+
+def tensor_bytes(val) -> int:
+    if isinstance(val, torch.Tensor):
+        return val.numel() * val.element_size()
+    return 0

@@ -1,0 +1,114 @@
+"""Epilogue steps run after the compiled forward: write back mutated inputs, rebuild
+outputs that alias inputs or each other, restore the grad mode the code left.
+
+In: the real inputs and the compiled forward's outputs. Out: the flat user outputs.
+Each step is a small dataclass with a readable repr; `Epilogue` runs them in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from aotgrad.analysis import ForwardAnalysis, OutputKind
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """input[input_index].copy_(forward output slot); under no_grad if autograd must not see it."""
+
+    input_index: int
+    slot: int
+    visible_to_autograd: bool
+
+    def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> None:
+        new = outs[self.slot]
+        target = inputs[self.input_index]
+        if self.visible_to_autograd and torch.is_grad_enabled():
+            target.copy_(new)
+        else:
+            with torch.no_grad():
+                target.copy_(new)
+
+
+@dataclass(frozen=True)
+class RebuildOutput:
+    """One user output, from its kind: a forward output, an input, or a view of either."""
+
+    kind: OutputKind
+    index: Any
+    size: tuple = ()
+    stride: tuple = ()
+    storage_offset: int = 0
+    requires_grad: bool = False
+    base_stride: tuple = ()
+    value: Any = None
+
+    def run(self, inputs, outs, built: list) -> Any:
+        kind = self.kind
+        if kind is OutputKind.FRESH:
+            out = outs[self.index]
+            if self.requires_grad and not out.requires_grad and out.is_leaf:
+                out.requires_grad_(True)  # e.g. an nn.Parameter built inside the function
+            return out
+        if kind is OutputKind.INPUT:
+            return inputs[self.index]
+        if kind is OutputKind.SAME_AS_OUTPUT:
+            return built[self.index]
+        if kind is OutputKind.CONSTANT:
+            return self.value
+        if kind is OutputKind.ALIAS_OF_INPUT:
+            base = inputs[self.index]
+            offset = self.storage_offset
+        else:
+            base = outs[self.index]
+            if tuple(base.stride()) != tuple(self.base_stride):
+                raise RuntimeError(
+                    f"aotgrad: an output is a view of a compiled-graph output whose strides "
+                    f"{tuple(base.stride())} differ from the traced ones {tuple(self.base_stride)}; "
+                    "rebuilding the view would read the wrong elements. To continue: return "
+                    "`.clone()` of the view, or use backend='aotgrad' (graphs run as traced).")
+            offset = base.storage_offset() + self.storage_offset
+        if self.requires_grad or not base.requires_grad:
+            return base.as_strided(self.size, self.stride, offset)
+        with torch.no_grad():
+            return base.as_strided(self.size, self.stride, offset)
+
+
+@dataclass
+class Epilogue:
+    write_backs: list[WriteBack] = field(default_factory=list)
+    outputs: list[RebuildOutput] = field(default_factory=list)
+    grad_mode_after: bool | None = None
+
+    @staticmethod
+    def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool) -> "Epilogue":
+        first_mutation_slot = len(analysis.forward_outputs)
+        write_backs = [WriteBack(info.index, first_mutation_slot + k, info.mutation_visible_to_autograd)
+                       for k, info in enumerate(analysis.mutated_inputs)]
+        outputs = []
+        for info in analysis.outputs:
+            base_stride = ()
+            if info.kind is OutputKind.ALIAS_OF_OUTPUT:
+                base_stride = tuple(analysis.forward_output_strides[info.index])
+            outputs.append(RebuildOutput(info.kind, info.index, info.size, tuple(info.stride),
+                                         info.storage_offset, info.requires_grad, base_stride, info.value))
+        changed = grad_mode_after if grad_mode_after != grad_mode_before else None
+        return Epilogue(write_backs, outputs, changed)
+
+    def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
+        for step in self.write_backs:
+            step.run(inputs, outs)
+        built: list[Any] = []
+        for step in self.outputs:
+            built.append(step.run(inputs, outs, built))
+        if self.grad_mode_after is not None:
+            torch.set_grad_enabled(self.grad_mode_after)
+        return built
+
+    def __repr__(self) -> str:
+        lines = [f"  {s}" for s in self.write_backs + self.outputs]
+        if self.grad_mode_after is not None:
+            lines.append(f"  set_grad_enabled({self.grad_mode_after})")
+        return "Epilogue(\n" + "\n".join(lines) + "\n)"

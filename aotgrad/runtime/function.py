@@ -1,0 +1,120 @@
+"""The autograd.Function that runs a compiled forward/backward pair, and the runtimes.
+
+`RuntimePlan` is the data: compiled graphs, how many forward outputs, which get
+tangents (and in what layout), which inputs get grads. `CompiledFunction` is one
+module-level Function for every plan; `TrainingRuntime` / `InferenceRuntime`
+call it (or the inference graph) and then the epilogue.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from aotgrad.runtime.epilogue import Epilogue
+
+DOUBLE_BACKWARD_MESSAGE = (
+    "torch.compile with aot_autograd does not currently support double backward. "
+    "aotgrad compiled this backward ahead of time as one opaque graph, so it cannot be "
+    "differentiated again. To continue: compute higher-order gradients outside the compiled "
+    "function (run the function eagerly for that step), or use torch.func transforms eagerly.")
+
+
+@dataclass
+class RuntimePlan:
+    forward: Callable
+    backward: Callable | None
+    num_forward_outputs: int
+    num_inputs: int
+    tangent_sources: list[int]
+    tangent_strides: list[tuple]
+    grad_inputs: list[int]
+    differentiable: list[bool]  # per forward output: does it get a tangent
+
+
+def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple) -> torch.Tensor:
+    """The incoming grad in the layout the backward was traced with (zeros if None)."""
+    shape, dtype, device = meta
+    if grad is None:
+        return torch.zeros(shape, dtype=dtype, device=device).as_strided(shape, stride) \
+            if _is_dense(shape, stride) else torch.zeros(shape, dtype=dtype, device=device)
+    if tuple(grad.stride()) == tuple(stride) or grad.numel() <= 1:
+        return grad
+    dense = torch.empty_strided(grad.shape, stride, dtype=grad.dtype, device=grad.device)
+    dense.copy_(grad)
+    return dense
+
+
+class CompiledFunction(torch.autograd.Function):
+    """forward: run the compiled forward, save what the backward needs.
+    backward: run the compiled backward on saved values and tangents."""
+
+    @staticmethod
+    def forward(ctx, plan: RuntimePlan, *args):
+        results = plan.forward(*args)
+        n = plan.num_forward_outputs
+        outs, saved = tuple(results[:n]), results[n:]
+        ctx.plan = plan
+        ctx.save_for_backward(*saved)
+        ctx.out_meta = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outs]
+        non_differentiable = [o for o, d in zip(outs, plan.differentiable)
+                              if not d and isinstance(o, torch.Tensor)]
+        ctx.mark_non_differentiable(*non_differentiable)
+        ctx.set_materialize_grads(False)
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        plan: RuntimePlan = ctx.plan
+        tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
+                    for j, stride in zip(plan.tangent_sources, plan.tangent_strides)]
+        saved = ctx.saved_tensors
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (*saved, *tangents)):
+            results = _BackwardOnce.apply(plan, *saved, *tangents)
+        else:
+            results = plan.backward(*saved, *tangents)
+        input_grads: list[Any] = [None] * plan.num_inputs
+        for k, i in enumerate(plan.grad_inputs):
+            input_grads[i] = results[k]
+        return (None, *input_grads)
+
+
+def _is_dense(shape, stride) -> bool:
+    expected = 1
+    for size, st in sorted(zip(shape, stride), key=lambda p: p[1]):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
+class _BackwardOnce(torch.autograd.Function):
+    """Runs a compiled backward under create_graph=True; differentiating it again raises."""
+
+    @staticmethod
+    def forward(ctx, plan: RuntimePlan, *inputs):
+        return tuple(plan.backward(*inputs))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
+
+
+class TrainingRuntime:
+    def __init__(self, plan: RuntimePlan, epilogue: Epilogue):
+        self.plan, self.epilogue = plan, epilogue
+
+    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        outs = CompiledFunction.apply(self.plan, *args)
+        return self.epilogue.run(args, outs)
+
+
+class InferenceRuntime:
+    def __init__(self, forward: Callable, epilogue: Epilogue):
+        self.forward, self.epilogue = forward, epilogue
+
+    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        with torch.no_grad():
+            outs = self.forward(*args)
+        return self.epilogue.run(args, outs)

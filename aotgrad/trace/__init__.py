@@ -1,0 +1,10 @@
+"""Capture: run a function on fake tensors and record the aten ops it issues.
+
+In: a Python callable (or a torch.compile FX graph) and fake example inputs.
+Out: a non-functional `fx.Graph` (views and in-place ops as they ran) with
+`val`, `stack_trace` and `seq_nr` on every node. See tracer.py.
+"""
+from aotgrad.trace.fake import fake_mode_for, to_fake
+from aotgrad.trace.tracer import GraphRecorder, UserGraphRunner, call_recorded, user_stack_trace
+
+__all__ = ["GraphRecorder", "UserGraphRunner", "call_recorded", "fake_mode_for", "to_fake", "user_stack_trace"]

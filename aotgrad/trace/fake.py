@@ -1,0 +1,27 @@
+"""Fake example inputs: reuse the fake mode torch.compile set up, or make one.
+
+In: real tensors, or fake tensors handed over by torch.compile.
+Out: fake tensors of one FakeTensorMode, with the same sizes, strides, dtype,
+requires_grad and storage sharing as the inputs.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+
+def fake_mode_for(example_inputs: Sequence[Any]) -> FakeTensorMode:
+    """The fake mode of the example inputs if they are fake, else a fresh one."""
+    mode = detect_fake_mode(list(example_inputs))
+    if mode is not None:
+        return mode
+    return FakeTensorMode(allow_non_fake_inputs=False)
+
+
+def to_fake(fake_mode: FakeTensorMode, value: Any) -> Any:
+    if isinstance(value, FakeTensor) or not isinstance(value, torch.Tensor):
+        return value
+    return fake_mode.from_tensor(value, static_shapes=True)

@@ -1,0 +1,183 @@
+"""aot_function / aot_module against eager: outputs, grads, mutations, aliasing."""
+import pytest
+import torch
+
+import aotgrad
+from tests.oracle import assert_same_as_eager
+
+
+def test_pointwise_chain_matches_eager():
+    assert_same_as_eager(lambda x, w: (x * w).sin().exp(), [torch.randn(4, 3), torch.randn(3, requires_grad=True)])
+
+
+def test_pytree_inputs_and_outputs():
+    def fn(d, scale):
+        return {"sum": d["a"] + d["b"] * scale, "list": [d["a"].cos(), scale]}
+    assert_same_as_eager(fn, [{"a": torch.randn(3, requires_grad=True), "b": torch.randn(3)}, 2.0]) \
+        if False else None
+    f = aotgrad.aot_function(fn, aotgrad.nop)
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3)
+    out = f({"a": a, "b": b}, 2.0)
+    torch.testing.assert_close(out["sum"], a + b * 2.0)
+    assert out["list"][1] == 2.0
+    (out["sum"].sum() + out["list"][0].sum()).backward()
+    torch.testing.assert_close(a.grad, torch.ones(3) - a.detach().sin())
+
+
+def test_input_mutation_is_written_back():
+    def fn(x, y):
+        x.add_(y)
+        return x * 2
+    assert_same_as_eager(fn, [torch.randn(3), torch.randn(3, requires_grad=True)])
+
+
+def test_input_mutated_under_no_grad_is_written_back_without_autograd():
+    def fn(param, y):
+        with torch.no_grad():
+            param.add_(y)
+        return y * param
+    param = torch.nn.Parameter(torch.randn(4))
+    assert_same_as_eager(fn, [param, torch.randn(4)])
+
+
+def test_slice_assignment_mutates_input():
+    def fn(x, y):
+        x[1:3] = y
+        return x.sum(0)
+    assert_same_as_eager(fn, [torch.randn(4, 2), torch.randn(2, 2, requires_grad=True)])
+
+
+def test_mutation_through_view_is_seen_by_other_views():
+    def fn(x):
+        y = x.clone()
+        t = y.t()
+        y[0].mul_(10)
+        return t + 1
+    assert_same_as_eager(fn, [torch.randn(3, 2, requires_grad=True)])
+
+
+def test_output_is_view_of_input_and_later_mutation_shows_in_input():
+    def fn(x):
+        return x.t(), x[0]
+    f = aotgrad.aot_function(fn, aotgrad.nop)
+    x = torch.randn(2, 3)
+    t, row = f(x)
+    t.mul_(2)
+    assert t._base is x and row._base is x
+    torch.testing.assert_close(row, x[0])
+    assert_same_as_eager(fn, [torch.randn(2, 3, requires_grad=True)])
+
+
+def test_outputs_aliasing_each_other_stay_aliased():
+    def fn(x):
+        y = x * 2
+        return y, y.view(-1)
+    f = aotgrad.aot_function(fn, aotgrad.nop)
+    y, flat = f(torch.randn(2, 3))
+    y.add_(1)
+    torch.testing.assert_close(flat, y.view(-1))
+    assert_same_as_eager(fn, [torch.randn(2, 3, requires_grad=True)])
+
+
+def test_function_returning_input_unchanged_returns_the_same_object():
+    f = aotgrad.aot_function(lambda x, y: (x, x * y), aotgrad.nop)
+    x = torch.randn(3, requires_grad=True)
+    out, _ = f(x, torch.randn(3))
+    assert out is x
+
+
+def test_duplicated_input_gets_one_gradient():
+    def fn(a, b):
+        return a * b + a
+    x = torch.randn(3, requires_grad=True)
+    assert_same_as_eager(fn, [x, x])
+
+
+def test_same_tensor_returned_twice_is_one_object():
+    f = aotgrad.aot_function(lambda x: (lambda y: (y, y))(x + 1), aotgrad.nop)
+    a, b = f(torch.randn(3))
+    assert a is b
+
+
+def test_grad_mode_change_inside_function_persists():
+    def fn(x):
+        y = x * x
+        torch.set_grad_enabled(False)
+        return y.clone(), y
+    f = aotgrad.aot_function(fn, aotgrad.nop)
+    x = torch.ones(3, requires_grad=True) * 3
+    try:
+        clone, y = f(x)
+        assert torch.is_grad_enabled() is False
+    finally:
+        torch.set_grad_enabled(True)
+    assert clone.grad_fn is None and y.grad_fn is not None
+    grads = [g for g in y.grad_fn.apply(None, torch.tensor([-1.0, 2.0, 0.0])) if g is not None]
+    torch.testing.assert_close(sum(grads), torch.tensor([-1.0, 2.0, 0.0]) * 2 * 3)
+
+
+def test_double_backward_raises_with_clear_message():
+    f = aotgrad.aot_function(lambda x: x.sin().exp(), aotgrad.nop)
+    x = torch.tensor(1.0, requires_grad=True)
+    (gx,) = torch.autograd.grad(f(x), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not currently support double backward"):
+        torch.autograd.grad(gx, x)
+
+
+def test_backward_twice_with_retain_graph():
+    f = aotgrad.aot_function(lambda x: x.sin().sum(), aotgrad.nop)
+    x = torch.randn(3, requires_grad=True)
+    y = f(x)
+    y.backward(retain_graph=True)
+    y.backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+
+
+def test_inference_graph_when_grad_disabled():
+    f = aotgrad.aot_function(lambda x: x.sin(), aotgrad.nop)
+    x = torch.randn(3, requires_grad=True)
+    with torch.no_grad():
+        y = f(x)
+    assert not y.requires_grad
+    torch.testing.assert_close(y, x.detach().sin())
+
+
+def test_aot_module_batchnorm_updates_running_stats():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    reference = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    reference.load_state_dict(model.state_dict())
+    compiled = aotgrad.aot_module(model, aotgrad.nop)
+    x = torch.randn(2, 3, 8, 8)
+    for _ in range(2):
+        compiled(x).sum().backward()
+        reference(x).sum().backward()
+    for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_dropout_uses_one_draw_for_forward_and_backward():
+    def fn(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) * 3
+    assert_same_as_eager(fn, [torch.randn(64, requires_grad=True)])
+
+
+def test_torch_compile_backend_trains_like_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2))
+    x = torch.randn(4, 8)
+    reference = [p.detach().clone() for p in model.parameters()]
+    eager_loss = model(x).pow(2).mean()
+    eager_loss.backward()
+    eager_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch._dynamo.reset()
+    loss = torch.compile(model, backend="aotgrad")(x).pow(2).mean()
+    loss.backward()
+    torch.testing.assert_close(loss, eager_loss)
+    for p, g, r in zip(model.parameters(), eager_grads, reference):
+        torch.testing.assert_close(p.grad, g)
+        torch.testing.assert_close(p, r)
