@@ -68,12 +68,24 @@ def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_n
         storages.setdefault(StorageWeakRef(f.untyped_storage()), []).append(i)
     mutated = {info.index for info in traced.analysis.mutated_inputs}
     for group in storages.values():
-        if len(group) > 1 and mutated.intersection(group):
+        if len(group) > 1 and any(_overlaps(fakes[m], fakes[o]) for m in mutated.intersection(group)
+                                  for o in group if o != m):
             raise UnsupportedError(
                 f"aotgrad cannot compile `{fn_name}`: inputs {group} are views of one tensor and input "
                 f"{sorted(mutated.intersection(group))[0]} is mutated, so a write through one must show "
                 "in the others; aotgrad does not support that yet. To continue: pass the base tensor "
                 "once and take the views inside the function, or pass `.clone()`s.")
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()) if size > 0)
+    return t.storage_offset(), t.storage_offset() + extent + (1 if t.numel() else 0)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Could a write to a show in b? (False only when their element ranges are disjoint.)"""
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
 
 
 def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,

@@ -30,7 +30,11 @@ def _inductor_compiler(is_backward: bool):
     def compile_with_inductor(gm: fx.GraphModule, example_inputs):
         from torch._inductor.compile_fx import compile_fx_inner
 
-        return compile_fx_inner(gm, list(example_inputs), is_backward=is_backward)
+        compiled = compile_fx_inner(gm, list(example_inputs), is_backward=is_backward)
+
+        def run(*args):  # Inductor's compiled graphs take one list (its "boxed" convention)
+            return compiled(list(args))
+        return run
     return compile_with_inductor
 
 

@@ -36,6 +36,13 @@ def _with_line(message: str, line: str | None) -> str:
     return message + (f"\n  at {line}" if line else "")
 
 
+_FRIENDLY_OP_NAMES = {
+    "aten._local_scalar_dense.default": "`Tensor.item()` (aten._local_scalar_dense)",
+    "aten.nonzero.default": "`nonzero` (aten.nonzero)",
+    "aten.is_nonzero.default": "`bool(tensor)` (aten.is_nonzero)",
+}
+
+
 def translate_trace_error(e: Exception, fn_name: str, in_backward: bool = False) -> Exception:
     """Turn a tracing failure into an error about the user's program, or return e as is."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
@@ -52,7 +59,7 @@ def translate_trace_error(e: Exception, fn_name: str, in_backward: bool = False)
     if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException)) or (
             "data-dependent" in text.lower() and "GuardOnDataDependentSymNode" in type(e).__name__):
         op = getattr(e, "func", None)
-        op_name = f"`{op}`" if op is not None else "an op"
+        op_name = _FRIENDLY_OP_NAMES.get(str(op), f"`{op}`") if op is not None else "an op"
         return TraceError(_with_line(
             f"aotgrad cannot trace {where}: {op_name} needs real tensor values (its result or its "
             "output shape depends on the data), but tracing runs on fake tensors, so there are none yet. "

@@ -1,0 +1,70 @@
+"""Bad input gets a clear error: what happened, why, what to do, and the user's line."""
+import pytest
+import torch
+
+import aotgrad
+from aotgrad.errors import TraceError, UnsupportedError
+
+
+def uses_item(x):
+    return x * x.sum().item()
+
+
+def test_item_inside_traced_function_names_the_op_the_cause_and_the_line():
+    with pytest.raises(TraceError) as info:
+        aotgrad.aot_function(uses_item, aotgrad.nop)(torch.randn(4))
+    message = str(info.value)
+    assert "`Tensor.item()`" in message and "fake tensors" in message
+    assert "To continue" in message and "test_errors.py" in message and "x.sum().item()" in message
+
+
+def test_nonzero_is_rejected_with_the_workaround():
+    with pytest.raises(TraceError, match="nonzero.*To continue"):
+        aotgrad.aot_function(lambda x: x.nonzero(), aotgrad.nop)(torch.randn(4))
+
+
+def test_metadata_mutation_of_an_input_is_rejected():
+    with pytest.raises(UnsupportedError, match="changes the shape or strides of input 0"):
+        aotgrad.aot_function(lambda x: x.t_(), aotgrad.nop)(torch.randn(4, 2))
+
+
+def test_metadata_mutation_of_an_intermediate_matches_eager():
+    def fn(x):
+        y = x * 2
+        y.t_()
+        return y + 1
+    from tests.oracle import assert_same_as_eager
+    assert_same_as_eager(fn, [torch.randn(3, 2, requires_grad=True)])
+
+
+def test_mutating_an_input_that_overlaps_another_input_is_rejected():
+    base = torch.randn(4)
+    with pytest.raises(UnsupportedError, match="views of one tensor"):
+        aotgrad.aot_function(lambda a, b: a.add_(b), aotgrad.nop)(base[:3], base[1:])
+
+
+def test_mutating_disjoint_views_of_one_tensor_matches_eager():
+    base = torch.randn(4)
+    expected = base.clone()
+    expected[:2] += expected[2:]
+    aotgrad.aot_function(lambda a, b: a.add_(b), aotgrad.nop)(base[:2], base[2:])
+    torch.testing.assert_close(base, expected)
+
+
+def test_mutating_a_captured_global_is_rejected():
+    captured = torch.zeros(3)
+
+    def fn(x):
+        captured.add_(x)
+        return x * 2
+    with pytest.raises(UnsupportedError, match="did not receive as an input"):
+        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3))
+
+
+def test_resize_is_rejected():
+    def fn(x):
+        y = x.clone()
+        y.resize_(8)
+        return y
+    with pytest.raises(UnsupportedError, match="resize_"):
+        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(4))
