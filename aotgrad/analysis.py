@@ -77,6 +77,10 @@ class ForwardAnalysis:
         return [i for i in self.inputs if i.mutates_data]
 
 
+def _from_custom_function(t: torch.Tensor) -> bool:
+    return isinstance(t.grad_fn, torch.autograd.function.BackwardCFunction)
+
+
 def _storage(t: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(t.untyped_storage())
 
@@ -127,6 +131,13 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any]) -> Forw
             infos[k] = OutputInfo(OutputKind.INPUT, input_index[id(out)], **meta)
             continue
         storage = _storage(out)
+        if _from_custom_function(out):
+            # An autograd.Function that returns (a view of) its input: autograd routes the
+            # grad through the Function's backward, so rebuilding a plain view would skip it.
+            forward_index[id(out)] = len(forward_outputs)
+            forward_outputs.append(out)
+            infos[k] = OutputInfo(OutputKind.FRESH, forward_index[id(out)], **meta)
+            continue
         if storage in input_storage:
             infos[k] = OutputInfo(OutputKind.ALIAS_OF_INPUT, input_storage[storage], **meta)
             continue

@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 
 from aotgrad import config
 from aotgrad.analysis import OutputKind
-from aotgrad.errors import UnsupportedError
+from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import TracedJoint, trace_joint
 from aotgrad.partition import default_partition
@@ -70,11 +70,11 @@ def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_n
     for group in storages.values():
         if len(group) > 1 and any(_overlaps(fakes[m], fakes[o]) for m in mutated.intersection(group)
                                   for o in group if o != m):
-            raise UnsupportedError(
+            raise MutatedAliasedInputsError(
                 f"aotgrad cannot compile `{fn_name}`: inputs {group} are views of one tensor and input "
                 f"{sorted(mutated.intersection(group))[0]} is mutated, so a write through one must show "
                 "in the others; aotgrad does not support that yet. To continue: pass the base tensor "
-                "once and take the views inside the function, or pass `.clone()`s.")
+                "once and take the views inside the function, or pass `.clone()`s.", group)
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
@@ -137,6 +137,46 @@ def _storage_groups(tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
     return tuple(seen.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors))
 
 
+@dataclass
+class SyntheticBase:
+    """Inputs that share memory and are mutated are passed as their common base instead;
+    the traced function rebuilds them as views of it, so a write through one is seen
+    through the others, and the base's new value is written back once.
+
+    before: fn(a, b) with a = base[0:2], b = base[1:3], a mutated
+    after:  fn'(base) = fn(base.as_strided([2], [1], 0), base.as_strided([2], [1], 1))
+    """
+
+    group: list[int]                       # positions among the unique inputs
+    views: list[tuple]                     # (size, stride, storage_offset) of each, absolute
+
+    @staticmethod
+    def of(unique: Sequence[torch.Tensor], group: list[int], error: Exception) -> "SyntheticBase":
+        bases = {id(_base_of(unique[i])) for i in group}
+        if len(bases) != 1:
+            raise error
+        return SyntheticBase(group, [(tuple(unique[i].shape), unique[i].stride(), unique[i].storage_offset())
+                                     for i in group])
+
+    def inputs(self, tensors: Sequence[torch.Tensor], keep: Sequence[int]) -> list[torch.Tensor]:
+        unique = [tensors[i] for i in keep]
+        return [t for i, t in enumerate(unique) if i not in self.group] + [_base_of(unique[self.group[0]])]
+
+    def wrap(self, flat_fn: Callable) -> Callable:
+        group, views = self.group, self.views
+
+        def with_views(*args):
+            base, rest = args[-1], iter(args[:-1])
+            n = len(args) - 1 + len(group)
+            rebuilt = {i: base.as_strided(*view) for i, view in zip(group, views)}
+            return flat_fn(*[rebuilt[i] if i in rebuilt else next(rest) for i in range(n)])
+        return with_views
+
+
+def _base_of(t: torch.Tensor) -> torch.Tensor:
+    return t._base if t._base is not None else t
+
+
 class AotFunction:
     """aot_function's result: compiles per input signature, then runs the cached runtime."""
 
@@ -149,8 +189,11 @@ class AotFunction:
 
     def __call__(self, *args, **kwargs):
         entry, tensors, keep = self._entry(args, kwargs)
-        runtime, out_spec = entry
-        outs = runtime([tensors[i] for i in keep])
+        runtime, out_spec, synthetic_base = entry
+        if synthetic_base is None:
+            outs = runtime([tensors[i] for i in keep])
+        else:
+            outs = runtime(synthetic_base.inputs(tensors, keep))
         return pytree.tree_unflatten(outs, out_spec[0])
 
     def precompile(self, *args, **kwargs) -> None:
@@ -183,10 +226,16 @@ class AotFunction:
             leaves, out_spec[0] = pytree.tree_flatten(out)
             return leaves
 
-        runtime, *graphs = compile_flat(flat_fn, [tensors[i] for i in keep], self.options,
-                                        fn_name=self.__name__)
+        unique = [tensors[i] for i in keep]
+        try:
+            runtime, *graphs = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__)
+            synthetic_base = None
+        except MutatedAliasedInputsError as e:
+            synthetic_base = SyntheticBase.of(unique, e.group, e)
+            runtime, *graphs = compile_flat(synthetic_base.wrap(flat_fn), synthetic_base.inputs(tensors, keep),
+                                            self.options, fn_name=self.__name__)
         self.last_graphs = tuple(graphs)
-        return runtime, out_spec
+        return runtime, out_spec, synthetic_base
 
 
 def _options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic) -> Options:

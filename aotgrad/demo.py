@@ -168,18 +168,22 @@ def report(eager: Run, compiled: Run, comparisons: list[Comparison], graphs: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aotgrad demo", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="SGD steps per run (default 40)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads (default 1: the model is small, and one thread keeps "
+                             "timings steady on a busy machine)")
     args = parser.parse_args(argv)
     if args.steps < MEASURED_STEP + 2:
         parser.error(f"--steps must be at least {MEASURED_STEP + 2}")
     import aotgrad  # noqa: F401  registers the backend
 
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = TinyCNN()
     twin = copy.deepcopy(model)
     batches = make_batches(args.steps)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"aotgrad demo: TinyCNN ({n_params} parameters), batch {BATCH}x3x{IMAGE}x{IMAGE}, "
-          f"{args.steps} SGD steps, CPU, {torch.get_num_threads()} threads")
+          f"{args.steps} SGD steps, CPU, {torch.get_num_threads()} thread(s)")
 
     eager = train(model, model, batches)
     torch._dynamo.reset()

@@ -23,6 +23,14 @@ class UnsupportedError(AotgradError):
     """A valid PyTorch program that aotgrad does not support (yet); says the workaround."""
 
 
+class MutatedAliasedInputsError(UnsupportedError):
+    """Inputs share memory and one is mutated; `group` lists them (retried with a synthetic base)."""
+
+    def __init__(self, message: str, group: list[int]):
+        super().__init__(message)
+        self.group = group
+
+
 def user_line_of(exc: BaseException) -> str | None:
     """The innermost user frame of an exception's traceback, as 'file:line  code'."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library_file(f.filename)]

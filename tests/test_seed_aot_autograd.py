@@ -202,7 +202,7 @@ def test_data_dependent_branch_graph_breaks_and_matches_eager():
     counter = torch._dynamo.testing.CompileCounter()
     torch.testing.assert_close(torch.compile(mod, backend=counter)(x, y), expected)
     # x * y | y[0][0] < 3 | y + param | _stack0 * (x + y): the branch splits it in four
-    assert counter.frame_count == 4
+    assert (counter.frame_count, counter.op_count) == (4, 7)
 
     torch._dynamo.reset()
     counter = torch._dynamo.testing.CompileCounterWithBackend("aotgrad")
@@ -283,12 +283,12 @@ class _TruncFour(torch.nn.Module):
         return (a + b + c + d,)
 
 
-def _non_leaf(seed_tensor):
-    return seed_tensor.clone()  # a non-leaf requiring grad, safe to mutate in place
+def _non_leaf():
+    return torch.randn(3, 3, requires_grad=True).clone()  # requires grad, may be mutated in place
 
 
 def _check_dupe_then_distinct(make_module, dupe_args, distinct_args):
-    """Compile, call with a duplicated input, then with distinct ones; both must match
+    """Compile, call with duplicated inputs, then with others; both calls must match
     eager (values, input mutations, grads). Returns (frame_count, guard failure reasons)."""
     reasons, guard_fail_fn = recording_guard_failures()
     counter = torch._dynamo.testing.CompileCounterWithBackend("aotgrad")
@@ -301,74 +301,73 @@ def _check_dupe_then_distinct(make_module, dupe_args, distinct_args):
 
 
 def _guard_names_duplicate(reasons, left, right):
-    # torch 2.13 words the guard "a is b"; older releases "L['a'] is L['b']"
+    # PyTorch's AOTAutograd adds this guard itself; in torch 2.13 dynamo installs it
+    # too, worded "a is b" (older releases: "L['a'] is L['b']"), so aotgrad sees it.
     pattern = re.compile(rf"(L\['{left}'\]|\b{left}) is (L\['{right}'\]|{right}\b)")
     return any(pattern.search(r) for r in reasons)
 
 
-def test_duplicated_args_with_trunc_mutations_match_eager():
-    base_x, base_y = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
-    a = _non_leaf(base_x)
-    frames, reasons = _check_dupe_then_distinct(_TruncAdd, [_non_leaf(base_x), _non_leaf(base_y)],
-                                                [_non_leaf(base_x), _non_leaf(base_y)])
+def test_distinct_args_with_trunc_mutations_compile_once():
+    frames, reasons = _check_dupe_then_distinct(_TruncAdd, [_non_leaf(), _non_leaf()],
+                                                [_non_leaf(), _non_leaf()])
     assert frames == 1 and reasons == []
 
-    torch._dynamo.reset()
-    frames, reasons = _check_dupe_then_distinct(_TruncAdd, [a, a], [_non_leaf(base_x), _non_leaf(base_y)])
+
+def test_duplicated_args_with_trunc_mutations_recompile():
+    x = _non_leaf()
+    frames, reasons = _check_dupe_then_distinct(_TruncAdd, [x, x], [_non_leaf(), _non_leaf()])
     assert frames == 2
     assert _guard_names_duplicate(reasons, "x", "y"), reasons
 
 
-def test_duplicated_args_recompile_with_param_and_scalars():
-    a, b = _non_leaf(torch.randn(3, 3, requires_grad=True)), torch.randn(3, 3, requires_grad=True)
-    frames, reasons = _check_dupe_then_distinct(_TruncWithParamAndScalars, [a, a, 2, 2],
-                                                [a.detach().clone().requires_grad_() * 1, b * 1, 2, 2])
+@pytest.mark.parametrize("scale", [2, 3])
+def test_duplicated_args_recompile_with_param_and_scalars(scale):
+    a = _non_leaf()
+    frames, reasons = _check_dupe_then_distinct(_TruncWithParamAndScalars, [a, a, scale, scale],
+                                                [_non_leaf(), _non_leaf(), scale, scale])
     assert frames == 2
     assert _guard_names_duplicate(reasons, "a", "b"), reasons
 
 
 def test_duplicated_args_recompile_with_global_tensor():
-    a, b = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
-    z = a  # a closed-over leaf, read by the graph as a constant input
+    z = torch.randn(3, 3, requires_grad=True)  # a closed-over leaf, read by the graph
 
     class UsesGlobal(_TruncWithParam):
         def forward(self, a, b, e, f):
             _truncate_both(a, b)
             return (a + b + z + self.mean) * e * f
 
-    d = a * 1
-    frames, reasons = _check_dupe_then_distinct(UsesGlobal, [d, d, 2, 2], [a * 1, b * 1, 2, 2])
+    a = _non_leaf()
+    frames, reasons = _check_dupe_then_distinct(UsesGlobal, [a, a, 2, 2], [_non_leaf(), _non_leaf(), 2, 2])
     assert frames == 2
     assert _guard_names_duplicate(reasons, "a", "b"), reasons
 
 
 def test_duplicated_args_recompile_with_list_args():
-    a, b = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
-    d = a * 1
+    a = _non_leaf()
     frames, reasons = _check_dupe_then_distinct(
-        _TruncWithParamAndLists, [[3, 2, 1], [4, 5, 6], d, d], [[3, 2, 1], [4, 5, 6], a * 1, b * 1])
+        _TruncWithParamAndLists, [[3, 2, 1], [4, 5, 6], a, a], [[3, 2, 1], [4, 5, 6], _non_leaf(), _non_leaf()])
     assert frames == 2
     assert _guard_names_duplicate(reasons, "a", "b"), reasons
 
 
 def test_duplicated_args_recompile_with_param():
-    a, b = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
-    d = a * 1
-    frames, reasons = _check_dupe_then_distinct(_TruncWithParam, [d, d], [a * 1, b * 1])
+    a = _non_leaf()
+    frames, reasons = _check_dupe_then_distinct(_TruncWithParam, [a, a], [_non_leaf(), _non_leaf()])
     assert frames == 2
     assert _guard_names_duplicate(reasons, "a", "b"), reasons
 
 
 def test_duplicated_args_recompile_with_four_args():
-    a, b = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
-    d = a * 1
-    frames, reasons = _check_dupe_then_distinct(_TruncFour, [d, d, d, d], [a * 1, b * 1, b * 1, b * 1])
+    a, b = _non_leaf(), _non_leaf()
+    frames, reasons = _check_dupe_then_distinct(_TruncFour, [a, a, a, a], [_non_leaf(), b, b, b])
     assert frames == 2
     assert _guard_names_duplicate(reasons, "a", "b"), reasons
 
     torch._dynamo.reset()
-    c = a * 1
-    frames, reasons = _check_dupe_then_distinct(_TruncFour, [a * 1, b * 1, c, c], [a * 1, b * 1, a * 1, b * 1])
+    c = _non_leaf()
+    frames, reasons = _check_dupe_then_distinct(_TruncFour, [_non_leaf(), _non_leaf(), c, c],
+                                                [_non_leaf(), _non_leaf(), _non_leaf(), _non_leaf()])
     assert frames == 2
     assert _guard_names_duplicate(reasons, "c", "d"), reasons
 
@@ -475,16 +474,6 @@ class _ReturnTuple(torch.nn.Module):
         return out if isinstance(out, (list, tuple)) else (out,)
 
 
-def _compile_split_submodules(gm, example_inputs):
-    """A torch.compile backend: split at mul nodes, compile each half with aotgrad."""
-    split = fx.passes.split_module.split_module(gm, None, lambda node: 1 if "mul" in str(node) else 0)
-    second_inputs = split.submod_0(*example_inputs)
-    for name, inputs in (("submod_0", example_inputs), ("submod_1", second_inputs)):
-        wrapped = _ReturnTuple(getattr(split, name))
-        setattr(split, name, _Compiled(wrapped, aotgrad.aot_module_simplified(wrapped, inputs, aotgrad.nop)))
-    return split
-
-
 class _Compiled(torch.nn.Module):
     def __init__(self, original, fn):
         super().__init__()
@@ -495,7 +484,22 @@ class _Compiled(torch.nn.Module):
         return self.fn(*args)
 
 
-def test_split_graph_compiled_twice_with_custom_op_returning_same_tensor_twice():
+def _split_at_mul_backend(wrap):
+    """A torch.compile backend: split the graph at mul nodes, compile each half with
+    aot_module_simplified (the half wrapped by `wrap` first)."""
+    def backend(gm, example_inputs):
+        split = fx.passes.split_module.split_module(gm, None, lambda node: 1 if "mul" in str(node) else 0)
+        second_inputs = split.submod_0(*example_inputs)
+        for name, inputs in (("submod_0", example_inputs), ("submod_1", second_inputs)):
+            half = wrap(getattr(split, name))
+            setattr(split, name, _Compiled(half, aotgrad.aot_module_simplified(half, inputs, aotgrad.nop)))
+        return split
+    return backend
+
+
+def _run_maybe_dupe_op_through(backend):
+    """f(a) = b.mul_(c) where (b, c) = op(a), and op returns (a + 1, a + 1) as one tensor
+    twice when a has fewer than 5 elements, else (a + 1, a + 2)."""
     def maybe_dupe(x):
         y, z = x + 1, x + 2
         return (y, y) if x.numel() < 5 else (y, z)
@@ -509,12 +513,23 @@ def test_split_graph_compiled_twice_with_custom_op_returning_same_tensor_twice()
             b, c = torch.ops.aotgrad_seed_dupe.maybe_dupe_op(a)
             return (b.mul_(c),)
 
-        opt = torch.compile(f, backend=_compile_split_submodules)
+        opt = torch.compile(f, backend=backend)
         with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
             (small,) = opt(torch.ones(4))
             (large,) = opt(torch.ones(6))
     torch.testing.assert_close(small, torch.full((4,), 4.0))   # (1 + 1) * (1 + 1): b is c
     torch.testing.assert_close(large, torch.full((6,), 6.0))   # (1 + 1) * (1 + 2)
+
+
+@pytest.mark.xfail(strict=True, reason="aotgrad bug: aot_module_simplified accepts only fx.GraphModule; "
+                                        "a plain nn.Module fails with \"object has no attribute 'graph'\"")
+def test_wrapped_split_halves_compiled_twice_with_custom_op_returning_same_tensor_twice():
+    _run_maybe_dupe_op_through(_split_at_mul_backend(_ReturnTuple))
+
+
+def test_split_halves_compiled_twice_with_custom_op_returning_same_tensor_twice():
+    # the same program with the split GraphModules handed over unwrapped
+    _run_maybe_dupe_op_through(_split_at_mul_backend(lambda half: half))
 
 
 def test_parameter_constructed_inside_function_matches_eager():
@@ -549,28 +564,87 @@ class _ConvBnReluLinearL1(torch.nn.Module):
         return (self.loss_fn(x, target),)
 
 
-def test_backward_nodes_share_seq_nr_and_source_with_their_forward_op():
-    torch.manual_seed(0)
-    gm, signature = aotgrad.aot_export_joint(
-        _ConvBnReluLinearL1(), (torch.rand(2, 16, 4, 4, requires_grad=True), torch.rand(1)))
-    assert signature.grads, "the joint graph computes gradients"
-    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+def _forward_and_backward_ops(joint: fx.GraphModule):
+    ops = [n for n in joint.graph.nodes if n.op == "call_function"]
     forward = [n for n in ops if not n.meta.get("is_backward")]
     backward = [n for n in ops if n.meta.get("is_backward")]
     assert forward and backward
+    return forward, backward
+
+
+def _assert_backward_nodes_point_at_their_forward_ops(joint: fx.GraphModule) -> None:
+    """Every backward node shares its seq_nr with a forward node, and names a forward
+    op and a stack trace in this file (the user's source)."""
+    forward, backward = _forward_and_backward_ops(joint)
     forward_seq_nrs = {n.meta["seq_nr"] for n in forward}
-    forward_targets = {str(n.target) for n in forward}
     for node in backward:
         assert node.meta.get("seq_nr") in forward_seq_nrs, (node.format_node(), node.meta.get("seq_nr"))
-    differentiating = [n for n in backward if "forward_op" in n.meta]
-    assert differentiating
-    for node in differentiating:
-        assert node.meta["forward_op"] in forward_targets, node.format_node()
-        assert THIS_FILE in node.meta.get("stack_trace", ""), node.format_node()
-    for op in ("aten.convolution.default", "aten.relu.default", "aten.addmm.default"):
-        assert op in {n.meta["forward_op"] for n in differentiating}, op
+        assert node.meta.get("forward_op"), node.format_node()
+        assert THIS_FILE in (node.meta.get("stack_trace") or ""), node.format_node()
 
 
+def _conv_bn_relu_linear_l1_inputs():
+    torch.manual_seed(0)
+    return _ConvBnReluLinearL1(), (torch.rand(2, 16, 4, 4, requires_grad=True), torch.rand(1))
+
+
+EXPORT_JOINT_BROKEN = pytest.mark.xfail(
+    strict=True, raises=TypeError,
+    reason="aotgrad bug: aot_export_joint's `trace_joint` argument shadows the trace_joint "
+           "function, so every call raises TypeError: 'bool' object is not callable")
+
+
+@EXPORT_JOINT_BROKEN
+def test_exported_joint_backward_nodes_share_seq_nr_and_source_with_forward_ops():
+    model, args = _conv_bn_relu_linear_l1_inputs()
+    gm, signature = aotgrad.aot_export_joint(model, args)
+    assert signature.grads, "the joint graph computes gradients"
+    _assert_backward_nodes_point_at_their_forward_ops(gm)
+
+
+def _joint_of_conv_bn_relu_linear_l1():
+    """The joint graph aot_module hands its partitioner (aot_export_joint's, in effect)."""
+    joints = []
+
+    def capture_joint(joint_gm, joint_inputs, *, num_fwd_outputs):
+        joints.append(joint_gm)
+        return aotgrad.default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+
+    model, args = _conv_bn_relu_linear_l1_inputs()
+    (loss,) = aotgrad.aot_module(model, aotgrad.nop, partition_fn=capture_joint)(*args)
+    loss.backward()
+    (joint,) = joints
+    return joint
+
+
+def test_joint_backward_nodes_share_seq_nr_and_source_with_forward_ops():
+    # the same check on the partitioner's joint graph, pinned while aot_export_joint is broken
+    _assert_backward_nodes_point_at_their_forward_ops(_joint_of_conv_bn_relu_linear_l1())
+
+
+@pytest.mark.xfail(strict=True, reason="aotgrad bug: ops that make no autograd node (detach, the "
+                                        "BatchNorm counter update) reuse a stale seq_nr and overwrite the "
+                                        "seq_nr -> forward node map, so convolution_backward names bn1's line")
+def test_joint_backward_nodes_name_the_forward_op_they_differentiate():
+    _, backward = _forward_and_backward_ops(_joint_of_conv_bn_relu_linear_l1())
+    expected = {  # backward op -> (forward op, the user's line it differentiates)
+        "aten.convolution_backward.default": ("aten.convolution.default", "self.conv1(x)"),
+        "aten.native_batch_norm_backward.default": ("aten.native_batch_norm.default", "self.bn1(x)"),
+        "aten.threshold_backward.default": ("aten.relu.default", "self.relu1(x)"),
+        "aten.mm.default": ("aten.addmm.default", "self.fc1(x)"),
+        "aten.sgn.default": ("aten.abs.default", "self.loss_fn(x, target)"),
+    }
+    mismatches = []
+    for op, (forward_op, source) in expected.items():
+        for node in (n for n in backward if str(n.target) == op):
+            line = (node.meta.get("stack_trace") or "").strip().splitlines()[-1].strip()
+            if node.meta.get("forward_op") != forward_op or source not in line:
+                mismatches.append((op, node.meta.get("forward_op"), line))
+    assert not mismatches, mismatches
+
+
+@pytest.mark.xfail(strict=True, reason="aotgrad bug: aot_export_joint raises TypeError: 'bool' object is "
+                                        "not callable (its `trace_joint` argument shadows the function)")
 def test_forward_only_export_inside_backend_is_the_graph_dynamo_runs():
     model = torch.nn.Linear(5, 7)
     exported = []
@@ -657,15 +731,17 @@ def test_write_through_expand_then_backward():
 
 
 def test_overlapping_write_through_expand_raises_in_eager_and_aotgrad():
+    # PyTorch marks this expectedFailure for aot_eager; aotgrad (and dynamo's fake
+    # propagation) do raise, as eager does
     def fn(x):
         y = x.expand(3, *x.shape)
         y[0:3, 0].add_(5)
         return y
 
-    with pytest.raises(RuntimeError):
-        fn(torch.arange(6))
-    with pytest.raises(RuntimeError):
-        compiled(fn)(torch.arange(6))
+    overlap = "more than one element of the written-to tensor refers to a single memory location"
+    for run in (fn, compiled(fn), aotgrad.aot_function(fn, aotgrad.nop)):
+        with pytest.raises(RuntimeError, match=overlap):
+            run(torch.arange(6))
 
 
 # -- data pointers while tracing ---------------------------------------------
@@ -690,6 +766,9 @@ def _on_intermediate(op):
     return lambda x: op(x.clone())
 
 
+@pytest.mark.xfail(strict=True, reason="aotgrad bug: aotgrad traces with data_ptr access allowed "
+                                        "(torch._functorch.config.fake_tensor_allow_unsafe_data_ptr_access stays "
+                                        "True), so data_ptr() on a fake tensor only warns")
 @pytest.mark.parametrize("make_fn", [_on_input, _on_intermediate], ids=["graph_input", "intermediate"])
 def test_data_ptr_in_forward_raises_under_aot_function(make_fn):
     with _op_reading_data_ptr() as op:

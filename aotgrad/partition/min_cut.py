@@ -9,6 +9,8 @@ not known cheap) are tied to the source, so they are never recomputed.
 """
 from __future__ import annotations
 
+import operator
+
 import networkx as nx
 import torch
 import torch.fx as fx
@@ -29,7 +31,7 @@ def is_recomputable(node: fx.Node) -> bool:
         return False
     if getattr(target, "is_view", False) or torch.Tag.pointwise in tags:
         return True
-    return target.__name__ == "getitem" if callable(target) and not hasattr(target, "_schema") else False
+    return target is operator.getitem
 
 
 def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int,
@@ -48,7 +50,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, 
     for node in candidates:
         capacity = tensor_bytes(node.meta.get("val")) if isinstance(node.meta.get("val"), torch.Tensor) else _INF
         flow.add_edge(f"{node.name}_in", f"{node.name}_out", capacity=capacity)
-        if node.op != "call_function" or node in parts.forward_nodes or not is_recomputable(node):
+        if node.op != "call_function" or not is_recomputable(node):
             flow.add_edge("source", f"{node.name}_in", capacity=_INF)
         for user in node.users:
             if user in tangent_dependent or user.op == "output":
