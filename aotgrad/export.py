@@ -15,7 +15,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from aotgrad.functionalize import functionalize
-from aotgrad.joint import trace_joint
+from aotgrad import joint as joint_tracing
 from aotgrad.trace import fake_mode_for, to_fake
 
 
@@ -73,7 +73,7 @@ def aot_export_joint(fn_or_module: Callable, args: Sequence[Any], *, trace_joint
 
     fake_mode = fake_mode_for(primals)
     fakes = [to_fake(fake_mode, p) for p in primals]
-    traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode,
+    traced = joint_tracing.trace_joint(flat_fn, fakes, fake_mode=fake_mode,
                          trace_backward=trace_joint and any(f.requires_grad for f in fakes),
                          decompositions=decompositions, outputs_as_returned=True)
     gm, _ = functionalize(traced.gm)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import re
 import os
+import re
 
 import pytest
 import torch
@@ -65,24 +65,38 @@ def assert_outs_and_grads_equal(reference, candidate, args):
 
 # -- modules, mutations, slices ----------------------------------------------
 
-def test_bidirectional_two_layer_lstm_on_strided_input_matches_eager():
+class _LSTMRepro(torch.nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(features, features, num_layers=2, bidirectional=True)
+
+    def forward(self, seq):
+        return (self.lstm(seq),)
+
+
+def _check_lstm_matches_eager(features, length, compile_module):
     torch.manual_seed(0)
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lstm = torch.nn.LSTM(64, 64, num_layers=2, bidirectional=True)
-
-        def forward(self, seq):
-            return (self.lstm(seq),)
-
-    mod = Wrapper()
+    mod = _LSTMRepro(features)
     reference = copy.deepcopy(mod)
     # (seq, batch, feature) laid out feature-major, as in the pytorch/torchdynamo#1147 repro
-    seq = rand_strided((92, 4, 64), (1, 5888, 92), torch.float32, "cpu").requires_grad_(True)
-    assert_outs_and_grads_equal(reference, compiled(mod), (seq,))
+    seq = rand_strided((length, 4, features), (1, length * features, length), torch.float32, "cpu")
+    assert_outs_and_grads_equal(reference, compile_module(mod), (seq.requires_grad_(True),))
     for (name, p), ref in zip(mod.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, ref.grad, msg=lambda m: f"grad of {name}: {m}")
+
+
+def test_bidirectional_two_layer_lstm_on_strided_input_matches_eager():
+    # torch 2.13's dynamo runs RNN modules eagerly unless allow_rnn is set, so this
+    # (the seed's exact setup) compiles no frame; the next test hands the LSTM to aotgrad
+    _check_lstm_matches_eager(64, 92, compiled)
+
+
+@pytest.mark.xfail(strict=True, reason="aotgrad bug: the forward graph replays aten.mkldnn_rnn_layer under "
+                                        "no_grad, where it returns no workspace, so mkldnn_rnn_layer_backward "
+                                        "gets None ('Expected a proper Tensor ... workspace')")
+def test_lstm_compiled_by_aotgrad_matches_eager():
+    with torch._dynamo.config.patch(allow_rnn=True):
+        _check_lstm_matches_eager(16, 23, compiled)
 
 
 def test_parameter_mutated_with_grad_disabled_is_written_back():
@@ -588,13 +602,6 @@ def _conv_bn_relu_linear_l1_inputs():
     return _ConvBnReluLinearL1(), (torch.rand(2, 16, 4, 4, requires_grad=True), torch.rand(1))
 
 
-EXPORT_JOINT_BROKEN = pytest.mark.xfail(
-    strict=True, raises=TypeError,
-    reason="aotgrad bug: aot_export_joint's `trace_joint` argument shadows the trace_joint "
-           "function, so every call raises TypeError: 'bool' object is not callable")
-
-
-@EXPORT_JOINT_BROKEN
 def test_exported_joint_backward_nodes_share_seq_nr_and_source_with_forward_ops():
     model, args = _conv_bn_relu_linear_l1_inputs()
     gm, signature = aotgrad.aot_export_joint(model, args)
@@ -643,8 +650,6 @@ def test_joint_backward_nodes_name_the_forward_op_they_differentiate():
     assert not mismatches, mismatches
 
 
-@pytest.mark.xfail(strict=True, reason="aotgrad bug: aot_export_joint raises TypeError: 'bool' object is "
-                                        "not callable (its `trace_joint` argument shadows the function)")
 def test_forward_only_export_inside_backend_is_the_graph_dynamo_runs():
     model = torch.nn.Linear(5, 7)
     exported = []
@@ -769,6 +774,7 @@ def _on_intermediate(op):
 @pytest.mark.xfail(strict=True, reason="aotgrad bug: aotgrad traces with data_ptr access allowed "
                                         "(torch._functorch.config.fake_tensor_allow_unsafe_data_ptr_access stays "
                                         "True), so data_ptr() on a fake tensor only warns")
+@pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
 @pytest.mark.parametrize("make_fn", [_on_input, _on_intermediate], ids=["graph_input", "intermediate"])
 def test_data_ptr_in_forward_raises_under_aot_function(make_fn):
     with _op_reading_data_ptr() as op:
