@@ -123,15 +123,23 @@ class Result:
     first_call_s: float | None = None
     step_s: list[float] = field(default_factory=list)
     loss_matches: bool = True
+    error: str | None = None  # the first failure, shortened
 
     @property
-    def step_median_s(self) -> float:
-        return statistics.median(self.step_s)
+    def step_median_s(self) -> float | None:
+        return statistics.median(self.step_s) if self.step_s else None
 
     @property
-    def step_iqr_s(self) -> float:
+    def step_iqr_s(self) -> float | None:
+        if len(self.step_s) < 2:
+            return None
         q = statistics.quantiles(self.step_s, n=4)
         return q[2] - q[0]
+
+
+def _short(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:100] if lines else ''}"
 
 
 def capture_graph(model: nn.Module, inputs) -> tuple[torch.fx.GraphModule, list]:
@@ -183,36 +191,42 @@ def train_step(fn: Callable, inputs, params: list[torch.Tensor]) -> torch.Tensor
     return loss
 
 
-def time_first_calls(model: nn.Module, inputs, configs: list[str]) -> dict[str, tuple[float, bool]]:
+def time_first_calls(model: nn.Module, inputs, results: dict[str, Result]) -> None:
     """Seconds of the first forward + loss + backward after a dynamo reset, cold Inductor caches;
     and whether that first loss matches eager's."""
     from torch._inductor.utils import fresh_cache
 
     expected = train_step(copy.deepcopy(model), inputs, []).detach()
-    results = {}
-    for config in configs:
+    for config, result in results.items():
         twin = copy.deepcopy(model)
         params = list(twin.parameters())
         torch._dynamo.reset()
-        with fresh_cache():
-            start = time.perf_counter()
-            loss = train_step(compiled(twin, config), inputs, params)
-            elapsed = time.perf_counter() - start
-        results[config] = (elapsed, torch.allclose(loss.detach(), expected, rtol=1e-4, atol=1e-5))
-    return results
+        try:
+            with fresh_cache():
+                start = time.perf_counter()
+                loss = train_step(compiled(twin, config), inputs, params)
+                result.first_call_s = time.perf_counter() - start
+        except Exception as e:  # a failing configuration is reported in the table, not fatal
+            result.error = result.error or _short(e)
+            continue
+        result.loss_matches = torch.allclose(loss.detach(), expected, rtol=1e-4, atol=1e-5)
 
 
-def time_steps(model: nn.Module, inputs, configs: list[str], iters: int, rounds: int,
-               warmup: int) -> dict[str, list[float]]:
+def time_steps(model: nn.Module, inputs, results: dict[str, Result], iters: int, rounds: int,
+               warmup: int) -> None:
     """Per-iteration seconds of forward + loss + backward, configurations taking turns."""
     torch._dynamo.reset()
     runs = {}
-    for config in configs:
+    for config, result in results.items():
         twin = copy.deepcopy(model)
-        fn, params = runs[config] = (compiled(twin, config), list(twin.parameters()))
-        for _ in range(warmup):
-            train_step(fn, inputs, params)
-    seconds: dict[str, list[float]] = {config: [] for config in configs}
+        fn, params = compiled(twin, config), list(twin.parameters())
+        try:
+            for _ in range(warmup):
+                train_step(fn, inputs, params)
+        except Exception as e:  # a failing configuration is reported in the table, not fatal
+            result.error = _short(e)
+            continue
+        runs[config] = (fn, params)
     per_round = max(1, iters // rounds)
     with torch._dynamo.config.patch(error_on_recompile=True):
         for _ in range(rounds):
@@ -220,8 +234,7 @@ def time_steps(model: nn.Module, inputs, configs: list[str], iters: int, rounds:
                 for _ in range(per_round):
                     start = time.perf_counter()
                     train_step(fn, inputs, params)
-                    seconds[config].append(time.perf_counter() - start)
-    return seconds
+                    results[config].step_s.append(time.perf_counter() - start)
 
 
 def benchmark_model(name: str, configs: list[str], args) -> tuple[str, dict[str, Result]]:
@@ -232,10 +245,8 @@ def benchmark_model(name: str, configs: list[str], args) -> tuple[str, dict[str,
         for config, seconds in time_aot_compile(gm, example_inputs, args.compile_repeats).items():
             if config in results:
                 results[config].aot_compile_s = seconds
-    for config, seconds in time_steps(model, inputs, configs, args.iters, args.rounds, args.warmup).items():
-        results[config].step_s = seconds
-    for config, (seconds, matches) in time_first_calls(model, inputs, configs).items():
-        results[config].first_call_s, results[config].loss_matches = seconds, matches
+    time_steps(model, inputs, results, args.iters, args.rounds, args.warmup)
+    time_first_calls(model, inputs, results)
     return description, results
 
 
@@ -269,7 +280,11 @@ HEADER = ["config", "aot compile ms", "first call ms", "step ms (median)", "step
 
 def rows(results: dict[str, Result]) -> list[list[str]]:
     return [[config, _ms(r.aot_compile_s), _ms(r.first_call_s), _ms(r.step_median_s), _ms(r.step_iqr_s),
-             "yes" if r.loss_matches else "NO"] for config, r in results.items()]
+             "error" if r.error else "yes" if r.loss_matches else "NO"] for config, r in results.items()]
+
+
+def errors(results: dict[str, Result]) -> list[str]:
+    return [f"{config} failed: {r.error}" for config, r in results.items() if r.error]
 
 
 def print_text(description: str, results: dict[str, Result]) -> None:
@@ -279,6 +294,8 @@ def print_text(description: str, results: dict[str, Result]) -> None:
     for row in table:
         print("  " + "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
     print("  " + ", ".join(f"{label} {value}" for label, value in ratios(results)))
+    for line in errors(results):
+        print("  " + line)
 
 
 def print_markdown(all_results: list[tuple[str, dict[str, Result]]]) -> None:
@@ -292,6 +309,19 @@ def print_markdown(all_results: list[tuple[str, dict[str, Result]]]) -> None:
     print("|" + "---|" * (len(labels) + 1))
     for description, results in all_results:
         print(f"| {description} | " + " | ".join(value for _, value in ratios(results)) + " |")
+    for description, results in all_results:
+        for line in errors(results):
+            print(f"\n{description}: {line}")
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 def _load() -> str:
@@ -315,7 +345,7 @@ def main() -> None:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configs {sorted(unknown)}")
-    print(f"torch {torch.__version__}, aotgrad {aotgrad.__version__}, {platform.processor() or platform.machine()}, "
+    print(f"torch {torch.__version__}, aotgrad {aotgrad.__version__} ({_commit()}), {platform.processor() or platform.machine()}, "
           f"{torch.get_num_threads()} threads, {datetime.date.today()}, load average {_load()}")
     all_results = []
     for name in args.models.split(","):
