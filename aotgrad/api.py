@@ -22,8 +22,6 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotgrad import config
-from aotgrad.analysis import OutputKind
 from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import TracedJoint, trace_joint

@@ -82,7 +82,6 @@ def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], t
         else:
             leaf = value = p
         node = recorder.placeholder(f"primals_{i + 1}", value)
-        node.meta["val"] = value
         recorder.bind(leaf, node)
         leaves.append(leaf)
         values.append(value)

@@ -48,7 +48,7 @@ def _aliases(outs, inputs):
 
 def assert_same_as_eager(fn: Callable, args: Sequence, compiled: Callable | None = None, *,
                          backward: bool = True, atol: float = 1e-5, rtol: float = 1e-5) -> None:
-    compiled = compiled or aotgrad.aot_function(fn, aotgrad.nop)
+    compiled = compiled if compiled is not None else aotgrad.aot_function(fn, aotgrad.nop)
     eager_args, aot_args = clone_inputs(args), clone_inputs(args)
     torch.manual_seed(0)
     expected = fn(*eager_args)

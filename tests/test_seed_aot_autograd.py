@@ -99,15 +99,20 @@ def test_lstm_compiled_by_aotgrad_matches_eager():
         _check_lstm_matches_eager(16, 23, compiled)
 
 
+def _add_with_grad_disabled(param, y):
+    """The seed's parameter update: grad mode switched off by hand, restored after."""
+    previous = torch.is_grad_enabled()
+    try:
+        torch.set_grad_enabled(False)
+        param.add_(y)
+    finally:
+        torch.set_grad_enabled(previous)
+    return y
+
+
 def test_parameter_mutated_with_grad_disabled_is_written_back():
     def fn(param, y):
-        previous = torch.is_grad_enabled()
-        try:
-            torch.set_grad_enabled(False)
-            param.add_(y)
-        finally:
-            torch.set_grad_enabled(previous)
-        return y
+        return _add_with_grad_disabled(param, y)
 
     y = torch.randn(4)
     param = torch.nn.Parameter(torch.randn(4))
@@ -171,13 +176,7 @@ def test_exported_conv_graph_recompiles_with_aotgrad():
 def test_exported_no_grad_parameter_mutation_recompiles_with_aotgrad():
     class MutatesParamWithoutGrad(torch.nn.Module):
         def _mutate(self, param, y):
-            previous = torch.is_grad_enabled()
-            try:
-                torch.set_grad_enabled(False)
-                param.add_(y)
-            finally:
-                torch.set_grad_enabled(previous)
-            return y
+            return _add_with_grad_disabled(param, y)
 
         def forward(self, x, y):
             return self._mutate(x, y)

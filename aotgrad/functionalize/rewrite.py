@@ -284,8 +284,6 @@ class _Functionalizer:
                      if a.name not in rule.drop_args and not a.kwarg_only]
         call_kwargs = {a.name: self.arg_value(bound[a.name]) for a in op._schema.arguments
                        if a.name not in rule.drop_args and a.kwarg_only and a.name in bound}
-        if op is aten.native_batch_norm.default:
-            call_kwargs = {}
         result = self.emit(rule.functional, tuple(call_args), call_kwargs)
         outputs = result.meta["val"]
         for name, k in rule.mutated:

@@ -42,13 +42,14 @@ _SPECIAL: dict[Any, MutationRule] = {
     aten._batch_norm_with_update.default: MutationRule(
         aten._batch_norm_with_update_functional.default,
         (("running_mean", 4), ("running_var", 5)), 4),
+    # native_batch_norm writes running stats in training without saying so in its schema.
+    aten.native_batch_norm.default: MutationRule(
+        aten._native_batch_norm_legit_functional.default,
+        (("running_mean", 3), ("running_var", 4)), 3),
     aten.normal_.default: MutationRule(aten.normal_functional.default, (("self", None),), 0),
     aten.bernoulli_.float: MutationRule(aten.bernoulli.p, (("self", None),), 0),
     aten.bernoulli_.Tensor: MutationRule(aten.bernoulli.Tensor, (("self", None),), 0),
 }
-
-# Ops that mutate without saying so in their schema.
-_HIDDEN_MUTATIONS = {aten.native_batch_norm.default}
 
 # In-place ops that change metadata only; the view op that replays them.
 METADATA_MUTATIONS = {
@@ -96,9 +97,6 @@ def mutation_rule(op) -> MutationRule:
     """How to compute `op` without mutation; raises UnsupportedError if there is no way."""
     if op in _SPECIAL:
         return _SPECIAL[op]
-    if op is aten.native_batch_norm.default:
-        return MutationRule(aten._native_batch_norm_legit_functional.default,
-                            (("running_mean", 3), ("running_var", 4)), 3)
     if op in _NEVER:
         raise UnsupportedError(
             f"aotgrad cannot compile `{op}`: it replaces a tensor's storage or size in place, "

@@ -66,7 +66,7 @@ def build_forward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
     graph = fx.Graph()
     env: dict = {}
     _copy_nodes(graph, parts.primals, env)
-    needed_for_saved = set().union(*(_ancestors([s]) for s in saved)) if saved else set()
+    needed_for_saved = _ancestors(saved)
     body = [n for n in parts.joint.graph.nodes
             if (n in parts.forward_nodes or n in needed_for_saved) and n.op != "placeholder"]
     _copy_nodes(graph, body, env)
