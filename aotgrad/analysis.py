@@ -11,11 +11,15 @@ identity, version counters, `grad_fn`), so they need no functionalized graph.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
+import operator
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch.multiprocessing.reductions import StorageWeakRef
 
 
@@ -54,6 +58,23 @@ class OutputKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class ViewStep:
+    """One recorded view op, replayed on a real tensor: op(t, *args, **kwargs)."""
+
+    op: Callable
+    args: tuple
+    kwargs: tuple = ()  # (name, value) pairs
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        return self.op(t, *self.args, **dict(self.kwargs))
+
+    def __repr__(self) -> str:
+        name = "getitem" if self.op is operator.getitem else str(self.op)
+        args = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs]
+        return f"{name}({', '.join(['_', *args])})"
+
+
+@dataclass(frozen=True)
 class OutputInfo:
     kind: OutputKind
     index: int | None = None  # input index, forward-output index or user-output index, by kind
@@ -62,6 +83,10 @@ class OutputInfo:
     storage_offset: int = 0  # relative to the base's own storage offset for ALIAS_OF_OUTPUT
     requires_grad: bool = False
     value: Any = None  # CONSTANT only
+    # ALIAS_OF_*: the view ops that made the output from its base, replayed at run time so
+    # the rebuilt view has eager's dtype, conj/neg bits and grad_fn. None: rebuild with
+    # as_strided (same elements, same dtype; only when the chain could not be recovered).
+    replay: tuple[ViewStep, ...] | None = None
 
 
 @dataclass
@@ -98,7 +123,62 @@ def analyse_inputs(values: Sequence[torch.Tensor], before: Sequence[InputState],
     return infos
 
 
-def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any]) -> ForwardAnalysis:
+def recorded_views(node: fx.Node, stops: dict[fx.Node, int]) -> tuple[int, tuple[ViewStep, ...]] | None:
+    """Walk back from `node` through recorded view ops to one of `stops`.
+
+    Returns (stops[base node], the view steps from base to node), or None when the
+    chain passes through anything but a view op with constant arguments.
+    """
+    steps = []
+    while node not in stops:
+        if node.op != "call_function" or not (node.target is operator.getitem
+                                              or getattr(node.target, "is_view", False)):
+            return None
+        source, *args = node.args
+        constants = pytree.tree_leaves((args, node.kwargs))
+        if not isinstance(source, fx.Node) or any(isinstance(a, fx.Node) for a in constants):
+            return None
+        steps.append(ViewStep(node.target, tuple(args), tuple(node.kwargs.items())))
+        node = source
+    return stops[node], tuple(reversed(steps))
+
+
+def _view_facts(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.is_conj(), t.is_neg()
+
+
+def _replays_to(steps: Sequence[ViewStep], base: torch.Tensor, out: torch.Tensor) -> bool:
+    """Does replaying `steps` on `base` give a tensor laid out exactly like `out`?
+    (No, for instance, when an in-place metadata op such as `t_` changed it afterwards.)"""
+    try:
+        with torch.no_grad():
+            t = base
+            for step in steps:
+                t = step(t)
+    except Exception:
+        return False
+    return _view_facts(t) == _view_facts(out)
+
+
+def _with_replay(info: OutputInfo, out: torch.Tensor, bases: dict[fx.Node, int],
+                 base_values: Sequence[torch.Tensor], node_of: Callable) -> OutputInfo:
+    """`info` with the recorded view chain from its base; or unchanged if there is none that
+    reproduces `out`, provided `as_strided` on the base can (same dtype, no conj/neg bit)."""
+    found = recorded_views(node_of(out), bases)
+    if found is not None and _replays_to(found[1], base_values[found[0]], out):
+        return dataclasses.replace(info, index=found[0], replay=found[1])
+    base = base_values[info.index]
+    if (out.dtype, out.is_conj(), out.is_neg()) != (base.dtype, base.is_conj(), base.is_neg()):
+        from aotgrad.errors import UnsupportedError
+        raise UnsupportedError(
+            f"aotgrad cannot rebuild an output of dtype {out.dtype} (conj={out.is_conj()}, "
+            f"neg={out.is_neg()}) that views a tensor of dtype {base.dtype}: the view ops that made it "
+            "were not all recorded. To continue: return `.clone()` of that output.")
+    return info
+
+
+def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
+                    node_of: Callable | None = None) -> ForwardAnalysis:
     """Classify the flat user outputs; pick the tensors the forward graph returns.
 
     Outputs that view an input are rebuilt at run time from the real input, so
@@ -173,6 +253,14 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any]) -> Forw
                 infos[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, forward_index[id(base)], tuple(out.shape),
                                       out.stride(), out.storage_offset() - base.storage_offset(),
                                       out.requires_grad)
+    if node_of is not None:
+        input_nodes = {node_of(v): i for i, v in enumerate(values)}
+        output_nodes = {node_of(t): j for j, t in enumerate(forward_outputs)}
+        for k, info in enumerate(infos):
+            if info.kind is OutputKind.ALIAS_OF_INPUT:
+                infos[k] = _with_replay(info, outs[k], input_nodes, values, node_of)
+            elif info.kind is OutputKind.ALIAS_OF_OUTPUT:
+                infos[k] = _with_replay(info, outs[k], output_nodes, forward_outputs, node_of)
     return ForwardAnalysis(
         inputs=[], outputs=infos, forward_outputs=forward_outputs, num_fresh_user_outputs=num_fresh,
         forward_output_strides=[t.stride() for t in forward_outputs])

@@ -182,6 +182,7 @@ class AotFunction:
         self.fn = fn
         self.options = options
         self.cache: dict[tuple, tuple] = {}
+        self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
         self.__name__ = getattr(fn, "__name__", "fn")
         self.last_graphs: tuple = ()
 
@@ -199,6 +200,8 @@ class AotFunction:
         self._entry(args, kwargs)
 
     def _entry(self, args, kwargs):
+        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            return self._flat_entry(args)  # torch.compile's calls: skip the pytree work
         flat, spec = pytree.tree_flatten((args, kwargs))
         positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
         tensors = [flat[i] for i in positions]
@@ -209,6 +212,18 @@ class AotFunction:
         entry = self.cache.get(key)
         if entry is None:
             entry = self.cache[key] = self._compile(flat, spec, positions, keep, source, tensors)
+        return entry, tensors, keep
+
+    def _flat_entry(self, tensors: tuple):
+        """_entry for positional tensor arguments only; the same key, minus the tree spec."""
+        keep, source = _dedupe(tensors)
+        key = (len(tensors), source, _storage_groups(tensors), torch.is_grad_enabled(),
+               tuple(_tensor_key(t) for t in tensors))
+        entry = self.flat_cache.get(key)
+        if entry is None:
+            flat, spec = pytree.tree_flatten((tensors, {}))
+            entry = self.flat_cache[key] = self._compile(flat, spec, list(range(len(flat))), keep, source,
+                                                         list(tensors))
         return entry, tensors, keep
 
     def _compile(self, flat, spec, positions, keep, source, tensors):

@@ -116,7 +116,7 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
         grad_mode_after = torch.is_grad_enabled()
         torch.set_grad_enabled(grad_mode)
 
-    analysis = analyse_outputs(values, outs)
+    analysis = analyse_outputs(values, outs, recorder.node_of)
     if outputs_as_returned:
         analysis.forward_outputs = [o for o in outs if isinstance(o, torch.Tensor)]
     analysis.inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.hidden_writes)

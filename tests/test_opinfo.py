@@ -126,16 +126,6 @@ DATA_DEPENDENT_SAMPLES = 3
 
 # PyTorch's AOTAutograd passes these; aotgrad does not (found by benchmarks/opinfo_sweep.py).
 XFAIL = {
-    # silent wrong values: a view output regenerated without its dtype / conj bit
-    "view_as_complex": "aotgrad: AssertionError: Outputs of the operator are different in eager-mode "
-                       "PyTorch vs aotgrad. The values for attribute 'dtype' do not match: "
-                       "torch.float32 != torch.complex64.",
-    "fft.ifft": "aotgrad: AssertionError: Outputs of the operator are different in eager-mode PyTorch "
-                "vs aotgrad. Tensor-likes are not close! (conjugate-view output loses its conj bit)",
-    # eager's grad is None for every input: aotgrad's check demands a 'does not require grad'
-    # error, where torch 2.13's check only does when some input is a non-leaf
-    "linalg.norm": "aotgrad: AssertionError: eager raised 'does not require grad' but aotgrad "
-                   "computed gradients",
     # functionalization gaps
     "linalg.vector_norm": "aotgrad: UnsupportedError: aotgrad cannot compile `aten.pow_.Scalar`: it "
                           "mutates self and aotgrad knows no functional form of it.",

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from aotgrad.analysis import ForwardAnalysis, OutputKind
+from aotgrad.analysis import ForwardAnalysis, OutputKind, ViewStep
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,11 @@ class WriteBack:
 
 @dataclass(frozen=True)
 class RebuildOutput:
-    """One user output, from its kind: a forward output, an input, or a view of either."""
+    """One user output, from its kind: a forward output, an input, or a view of either.
+
+    Views are rebuilt by replaying the recorded view ops on the real base (so dtype,
+    conj/neg bits and grad_fn are eager's), or, when none were recovered, with as_strided.
+    """
 
     kind: OutputKind
     index: Any
@@ -44,6 +48,7 @@ class RebuildOutput:
     requires_grad: bool = False
     base_stride: tuple = ()
     value: Any = None
+    replay: tuple[ViewStep, ...] | None = None
 
     def run(self, inputs, outs, built: list) -> Any:
         kind = self.kind
@@ -58,22 +63,28 @@ class RebuildOutput:
             return built[self.index]
         if kind is OutputKind.CONSTANT:
             return self.value
-        if kind is OutputKind.ALIAS_OF_INPUT:
-            base = inputs[self.index]
-            offset = self.storage_offset
-        else:
-            base = outs[self.index]
-            if tuple(base.stride()) != tuple(self.base_stride):
-                raise RuntimeError(
-                    f"aotgrad: an output is a view of a compiled-graph output whose strides "
-                    f"{tuple(base.stride())} differ from the traced ones {tuple(self.base_stride)}; "
-                    "rebuilding the view would read the wrong elements. To continue: return "
-                    "`.clone()` of the view, or use backend='aotgrad' (graphs run as traced).")
-            offset = base.storage_offset() + self.storage_offset
+        base = inputs[self.index] if kind is OutputKind.ALIAS_OF_INPUT else outs[self.index]
         if self.requires_grad or not base.requires_grad:
-            return base.as_strided(self.size, self.stride, offset)
+            return self._view(base)
         with torch.no_grad():
-            return base.as_strided(self.size, self.stride, offset)
+            return self._view(base)
+
+    def _view(self, base: torch.Tensor) -> torch.Tensor:
+        absolute = self.replay is None or any(s.op is torch.ops.aten.as_strided.default for s in self.replay)
+        if absolute and self.kind is OutputKind.ALIAS_OF_OUTPUT and tuple(base.stride()) != self.base_stride:
+            raise RuntimeError(
+                f"aotgrad: an output is a view of a compiled-graph output whose strides "
+                f"{tuple(base.stride())} differ from the traced ones {self.base_stride}; "
+                "rebuilding the view would read the wrong elements. To continue: return "
+                "`.clone()` of the view, or use backend='aotgrad' (graphs run as traced).")
+        if self.replay is not None:
+            for step in self.replay:
+                base = step(base)
+            return base
+        offset = self.storage_offset
+        if self.kind is OutputKind.ALIAS_OF_OUTPUT:
+            offset += base.storage_offset()
+        return base.as_strided(self.size, self.stride, offset)
 
 
 @dataclass
@@ -93,7 +104,8 @@ class Epilogue:
             if info.kind is OutputKind.ALIAS_OF_OUTPUT:
                 base_stride = tuple(analysis.forward_output_strides[info.index])
             outputs.append(RebuildOutput(info.kind, info.index, info.size, tuple(info.stride),
-                                         info.storage_offset, info.requires_grad, base_stride, info.value))
+                                         info.storage_offset, info.requires_grad, base_stride, info.value,
+                                         info.replay))
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
         return Epilogue(write_backs, outputs, changed)
 
