@@ -22,10 +22,11 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError
+from aotgrad.errors import MutatedAliasedInputsError
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import TracedJoint, trace_joint
 from aotgrad.partition import default_partition
+from aotgrad.partition.graphs import copy_saved_aliases
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
 from aotgrad.trace import fake_mode_for, to_fake
 
@@ -55,12 +56,6 @@ def _placeholder_vals(gm: fx.GraphModule) -> list:
 def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_name: str) -> None:
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    for info in traced.analysis.inputs:
-        if info.mutates_metadata:
-            raise UnsupportedError(
-                f"aotgrad cannot compile `{fn_name}`: it changes the shape or strides of input {info.index} "
-                "in place (e.g. `x.t_()`, `x.resize_()`); the compiled code cannot do that to the caller's "
-                "tensor. To continue: return the reshaped tensor instead of mutating the input's metadata.")
     storages: dict = {}
     for i, f in enumerate(fakes):
         storages.setdefault(StorageWeakRef(f.untyped_storage()), []).append(i)
@@ -105,11 +100,13 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
         return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None
     partition_fn = options.partition_fn or default_partition
     fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
+    fw_gm = copy_saved_aliases(fw_gm, bw_gm, {info.index for info in traced.analysis.mutated_inputs})
     forward = options.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
     backward = (options.bw_compiler or options.fw_compiler)(bw_gm, _placeholder_vals(bw_gm))
-    differentiable = [j in set(traced.tangent_sources) for j in range(traced.num_forward_outputs)]
+    with_grad = set(traced.tangent_sources) | set(traced.backward_errors)
+    differentiable = [j in with_grad for j in range(traced.num_forward_outputs)]
     plan = RuntimePlan(forward, backward, traced.num_forward_outputs, len(fakes), traced.tangent_sources,
-                       traced.tangent_strides, traced.grad_inputs, differentiable)
+                       traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors)
     return TrainingRuntime(plan, epilogue), fw_gm, bw_gm
 
 

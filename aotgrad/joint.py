@@ -15,15 +15,15 @@ functionalize stage removes them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from aotgrad.analysis import ForwardAnalysis, InputState, analyse_inputs, analyse_outputs
-from aotgrad.errors import translate_trace_error
+from aotgrad.analysis import ForwardAnalysis, InputInfo, InputState, analyse_inputs, analyse_outputs
+from aotgrad.errors import UnsupportedError, translate_trace_error
 from aotgrad.trace import GraphRecorder
 
 
@@ -38,6 +38,9 @@ class TracedJoint:
     grad_inputs: list[int]           # primal index of each grad output
     grad_mode_after: bool            # grad mode the traced code leaves behind
     traced_backward: bool
+    # forward output index -> eager's error, for mutated inputs whose backward autograd cannot
+    # run (it reads a value the mutation overwrote); raised only if a gradient reaches them
+    backward_errors: dict[int, str] = field(default_factory=dict)
 
 
 def _is_differentiable(t: torch.Tensor) -> bool:
@@ -65,6 +68,35 @@ def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
     return True
 
 
+def _non_leaf_like(leaf: torch.Tensor) -> torch.Tensor:
+    """A non-leaf equal to `leaf`, differentiable to it, laid out like it (sizes, strides
+    and storage offset: code may read them, e.g. through `as_strided`).
+
+    A compact tensor at offset 0 is cloned; another non-overlapping one is copied into a
+    fresh storage of the same size with the same layout (not a view of it); an overlapping one (an expanded input)
+    cannot be written anyway, so the leaf itself stands in for it.
+    """
+    if leaf.storage_offset() == 0 and _non_overlapping_and_dense(leaf):
+        return leaf.clone()
+    if _overlaps_itself(leaf):
+        return leaf
+    storage = torch.empty(leaf.untyped_storage().nbytes() // leaf.element_size(), dtype=leaf.dtype,
+                          device=leaf.device)
+    value = storage.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset()).detach()  # not a view
+    value.copy_(leaf)
+    return value
+
+
+def _overlaps_itself(t: torch.Tensor) -> bool:
+    dims = sorted((d for d in range(t.dim()) if t.shape[d] > 1), key=lambda d: abs(t.stride(d)))
+    extent = 1  # elements spanned by the dims so far
+    for d in dims:
+        if abs(t.stride(d)) < extent:
+            return True
+        extent = abs(t.stride(d)) * (t.shape[d] - 1) + extent
+    return False
+
+
 def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], trace_backward: bool):
     """Placeholders for the primals, and the values the traced code sees.
 
@@ -78,7 +110,7 @@ def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], t
         if trace_backward and p.requires_grad:
             with recorder.fake_mode, torch.enable_grad():
                 leaf = p.detach().requires_grad_(True)
-                value = leaf if p.is_leaf else leaf.clone()
+                value = leaf if p.is_leaf else _non_leaf_like(leaf)
         else:
             leaf = value = p
         node = recorder.placeholder(f"primals_{i + 1}", value)
@@ -86,6 +118,34 @@ def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], t
         leaves.append(leaf)
         values.append(value)
     return leaves, values
+
+
+def _backward_errors(forward_outputs: Sequence[torch.Tensor], candidates: Sequence[int],
+                     leaves: Sequence[torch.Tensor], fake_mode: FakeTensorMode) -> dict[int, str]:
+    """Which of the candidate outputs (mutated inputs' new values) autograd cannot
+    differentiate, e.g. after `a.mul_(a)` (mul_'s backward needs the overwritten `a`).
+
+    Eager raises only if a gradient flows there later, so the joint gives them no
+    tangent and the runtime raises eager's error if one does.
+    """
+    errors = {}
+    for j in candidates:
+        out = forward_outputs[j]
+        try:
+            with fake_mode:
+                torch.autograd.grad([out], leaves, [torch.ones_like(out)], retain_graph=True, allow_unused=True)
+        except RuntimeError as e:
+            errors[j] = str(e)
+    return errors
+
+
+def _reject_metadata_mutations(inputs: Sequence[InputInfo], fn_name: str) -> None:
+    for info in inputs:
+        if info.mutates_metadata:
+            raise UnsupportedError(
+                f"aotgrad cannot compile `{fn_name}`: it changes the shape or strides of input {info.index} "
+                "in place (e.g. `x.t_()`, `x.resize_()`); the compiled code cannot do that to the caller's "
+                "tensor. To continue: return the reshaped tensor instead of mutating the input's metadata.")
 
 
 def _reraise(e: Exception, fn_name: str, in_backward: bool):
@@ -116,15 +176,17 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
         grad_mode_after = torch.is_grad_enabled()
         torch.set_grad_enabled(grad_mode)
 
+    inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.hidden_writes)
+    _reject_metadata_mutations(inputs, fn_name)  # before the outputs: their grad_fns would replay views
     analysis = analyse_outputs(values, outs, recorder.node_of)
     if outputs_as_returned:
         analysis.forward_outputs = [o for o in outs if isinstance(o, torch.Tensor)]
-    analysis.inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.hidden_writes)
+    analysis.inputs = inputs
     mutated = [info.index for info in analysis.mutated_inputs]
     forward_outputs = analysis.forward_outputs + [values[i] for i in mutated]
     graph_outputs: list[Any] = list(forward_outputs)
 
-    tangent_sources, tangent_strides, grad_inputs = [], [], []
+    tangent_sources, tangent_strides, grad_inputs, backward_errors = [], [], [], {}
     if trace_backward:
         differentiable = [
             j for j, t in enumerate(forward_outputs)
@@ -132,6 +194,10 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
             and (j < len(analysis.forward_outputs)
                  or analysis.inputs[mutated[j - len(analysis.forward_outputs)]].mutation_visible_to_autograd)
         ]
+        grad_inputs = [i for i, p in enumerate(primals) if p.requires_grad]
+        backward_errors = _backward_errors(forward_outputs, differentiable[len(analysis.forward_outputs):],
+                                           [leaves[i] for i in grad_inputs], fake_mode)
+        differentiable = [j for j in differentiable if j not in backward_errors]
         tangents = []
         for n, j in enumerate(differentiable):
             out = forward_outputs[j]
@@ -142,7 +208,6 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
             tangents.append(tangent)
             tangent_sources.append(j)
             tangent_strides.append(stride)
-        grad_inputs = [i for i, p in enumerate(primals) if p.requires_grad]
         grads: Sequence[Any] = [None] * len(grad_inputs)
         if differentiable and grad_inputs:
             recorder.in_backward = True
@@ -163,4 +228,4 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
         setattr(root, name, value)
     gm = fx.GraphModule(root, recorder.graph)
     return TracedJoint(gm, analysis, len(primals), len(forward_outputs), tangent_sources, tangent_strides,
-                       grad_inputs, grad_mode_after, trace_backward)
+                       grad_inputs, grad_mode_after, trace_backward, backward_errors)

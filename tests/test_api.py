@@ -235,3 +235,54 @@ def test_view_of_input_taken_after_an_in_place_update():
         x.mul_(2)
         return x[::2].unsqueeze(0)
     _assert_views_like_eager(fn, [torch.randn(6, requires_grad=True) * 1])
+
+
+# -- non-leaf inputs that require grad keep their layout (strides, storage offset) while traced --
+
+NON_LEAF_LAYOUTS = {
+    "offset_view": (lambda a: a.view(-1), lambda t: t[1:]),
+    "strided_as_strided": (lambda a: (a * 2, a.as_strided((2,), (2,), 1)), lambda t: t[::2]),
+    "offset_as_strided": (lambda a: a.as_strided((2,), (1,), 3) * 1, lambda t: t[2:]),
+    "mutated_strided": (lambda a: a.mul_(2).sum(), lambda t: t[::3]),
+    "mutated_then_viewed": (lambda a: (a.add_(1), a[0])[1], lambda t: t.view(3, 4)[:, 1:]),
+    "expanded_read": (lambda a: a.sin(), lambda t: t[:3].expand(2, 3)),
+    "transposed": (lambda a: a.t().contiguous().view(-1)[:5], lambda t: t.view(3, 4).t()),
+}
+
+
+@pytest.mark.parametrize("name", list(NON_LEAF_LAYOUTS))
+def test_non_leaf_input_with_its_own_layout(name):
+    fn, make_input = NON_LEAF_LAYOUTS[name]
+    leaf = torch.randn(12)
+
+    def run(f):
+        root = leaf.clone().requires_grad_(True)
+        x = make_input(root * 1)
+        outs = f(x)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        sum(o.sum() * (k + 1) for k, o in enumerate(outs)).backward()
+        return [o.detach() for o in outs], root.grad, x.detach()
+
+    (exp_outs, exp_grad, exp_x) = run(fn)
+    (outs, grad, x) = run(aotgrad.aot_function(fn, aotgrad.nop))
+    for actual, expected in zip(outs, exp_outs):
+        torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(grad, exp_grad)
+    torch.testing.assert_close(x, exp_x)
+
+
+def test_mutated_input_whose_backward_autograd_cannot_run_fails_only_when_used():
+    def fn(a):
+        out = a * 2
+        a.mul_(a)  # mul_'s backward needs the `a` it overwrote
+        return out
+
+    results = []
+    for f in (fn, aotgrad.aot_function(fn, aotgrad.nop)):
+        leaf = torch.ones(3, requires_grad=True)
+        a = leaf * 1
+        f(a).sum().backward()  # the output's gradient is fine
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            a.sum().backward()  # a gradient through the mutated input is not, in eager too
+        results.append(leaf.grad)
+    torch.testing.assert_close(results[1], results[0])

@@ -93,6 +93,45 @@ def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
     return gm
 
 
+def _may_alias_input(node: fx.Node) -> bool:
+    """Does this op's result share memory with its first argument? (views, and
+    `_unsafe_view`, which aliases in eager although its schema does not say so)."""
+    target = node.target
+    return node.op == "call_function" and (
+        getattr(target, "is_view", False) or target is torch.ops.aten._unsafe_view.default
+        or (target is operator.getitem and _may_alias_input(node.args[0])))
+
+
+def copy_saved_aliases(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, mutated_inputs: set[int]) -> fx.GraphModule:
+    """Save a copy of every saved value that shares memory with a mutated input.
+
+    The runtime writes a mutated input's new value back into the caller's tensor after
+    the forward; a saved value still viewing that tensor would then hold the new value
+    (and trip autograd's version check), where the backward needs the old one.
+    """
+    if not mutated_inputs:
+        return fw_gm
+    graph = fw_gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    aliases = {placeholders[i] for i in mutated_inputs}
+    for node in graph.nodes:
+        if _may_alias_input(node) and node.args and node.args[0] in aliases:
+            aliases.add(node)
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    outs = list(output.args[0])
+    num_saved = sum(n.op == "placeholder" and not n.target.startswith("tangents") for n in bw_gm.graph.nodes)
+    first_saved = len(outs) - num_saved
+    for k in range(first_saved, len(outs)):
+        if outs[k] in aliases:
+            with graph.inserting_before(output):
+                copy = graph.call_function(torch.ops.aten.clone.default, (outs[k],))
+            copy.meta = {**outs[k].meta, "val": outs[k].meta["val"].clone()}
+            outs[k] = copy
+    output.args = (tuple(outs),)
+    fw_gm.recompile()
+    return fw_gm
+
+
 def tensor_bytes(val) -> int:
     if isinstance(val, torch.Tensor):
         return val.numel() * val.element_size()

@@ -32,6 +32,11 @@ class WriteBack:
                 target.copy_(new)
 
 
+def _same_layout(t: torch.Tensor, stride: tuple) -> bool:
+    """t's strides equal `stride` wherever they matter (dims of size > 1)."""
+    return all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), stride))
+
+
 @dataclass(frozen=True)
 class RebuildOutput:
     """One user output, from its kind: a forward output, an input, or a view of either.
@@ -71,7 +76,7 @@ class RebuildOutput:
 
     def _view(self, base: torch.Tensor) -> torch.Tensor:
         absolute = self.replay is None or any(s.op is torch.ops.aten.as_strided.default for s in self.replay)
-        if absolute and self.kind is OutputKind.ALIAS_OF_OUTPUT and tuple(base.stride()) != self.base_stride:
+        if absolute and self.kind is OutputKind.ALIAS_OF_OUTPUT and not _same_layout(base, self.base_stride):
             raise RuntimeError(
                 f"aotgrad: an output is a view of a compiled-graph output whose strides "
                 f"{tuple(base.stride())} differ from the traced ones {self.base_stride}; "

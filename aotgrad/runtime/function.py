@@ -7,7 +7,7 @@ call it (or the inference graph) and then the epilogue.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
@@ -30,7 +30,8 @@ class RuntimePlan:
     tangent_sources: list[int]
     tangent_strides: list[tuple]
     grad_inputs: list[int]
-    differentiable: list[bool]  # per forward output: does it get a tangent
+    differentiable: list[bool]  # per forward output: can a gradient flow into it
+    backward_errors: dict[int, str] = field(default_factory=dict)  # output -> eager's error if a grad comes
 
 
 def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple) -> torch.Tensor:
@@ -67,6 +68,9 @@ class CompiledFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         plan: RuntimePlan = ctx.plan
+        for j, message in plan.backward_errors.items():
+            if grads[j] is not None:
+                raise RuntimeError(message)
         tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
                     for j, stride in zip(plan.tangent_sources, plan.tangent_strides)]
         saved = ctx.saved_tensors
