@@ -2,12 +2,16 @@
 
 Registered when aotgrad is imported and through the `torch_dynamo_backends`
 entry-point group (pyproject.toml), so `torch.compile(m, backend="aotgrad")` works
-in a fresh process.
+in a fresh process. `aotgrad_inductor` hands each partitioned graph to Inductor's
+graph compiler (`compile_fx_inner`); `InductorCompilers` holds what the forward's
+compile learned (the layout of each saved value) until the backward is compiled.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+from typing import Any, Callable, Sequence
 
+import torch
 import torch.fx as fx
 
 from aotgrad import config
@@ -26,27 +30,118 @@ def aotgrad_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):
                                  partition_fn=_partitioner("default"))
 
 
-def _inductor_compiler(is_backward: bool):
-    def compile_with_inductor(gm: fx.GraphModule, example_inputs):
-        from torch._inductor.compile_fx import compile_fx_inner
+# -- aotgrad_inductor ----------------------------------------------------------
 
-        compiled = compile_fx_inner(gm, list(example_inputs), is_backward=is_backward)
+def _output_nodes(gm: fx.GraphModule) -> list:
+    output = gm.graph.find_nodes(op="output")[0]
+    return list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
 
-        def run(*args):  # Inductor's compiled graphs take one list (its "boxed" convention)
-            return compiled(list(args))
-        return run
-    return compile_with_inductor
+
+def _keep_output_strides(gm: fx.GraphModule, count: int) -> None:
+    """Ask Inductor to return the first `count` outputs in their traced strides.
+
+    Inductor may otherwise pick its own layout for any output (channels-last after
+    a convolution). The user sees forward outputs and gradients (eager's strides),
+    and the epilogue rebuilds views of forward outputs from their traced strides, so
+    those keep them; only saved values, which only our own backward reads, are left free.
+    `user_visible_output_idxs` on the output node is the key Inductor reads for
+    this (torch/_inductor/graph.py, get_user_visible_output_strides).
+    """
+    output = gm.graph.find_nodes(op="output")[0]
+    output.meta["user_visible_output_idxs"] = [
+        i for i, node in enumerate(_output_nodes(gm)[:count]) if isinstance(node, fx.Node)]
+
+
+@contextlib.contextmanager
+def _reported_output_strides(example_inputs: Sequence[Any]):
+    """The strides Inductor's compiled graph really returns, one entry per output
+    (None where unknown), reported through the TracingContext as Inductor does for
+    PyTorch's own pipeline; a context is opened when none is active (aot_function,
+    or a graph specialised at run time)."""
+    from torch._guards import TracingContext, detect_fake_mode, tracing
+
+    with contextlib.ExitStack() as stack:
+        if TracingContext.try_get() is None:
+            stack.enter_context(tracing(TracingContext(detect_fake_mode(list(example_inputs)))))
+        yield stack.enter_context(TracingContext.report_output_strides())
+
+
+def _restrided(val: torch.Tensor, stride: tuple) -> torch.Tensor:
+    """A fake tensor like `val` but laid out with `stride`."""
+    with val.fake_mode:
+        return torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
+
+
+def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool) -> Callable:
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward)
+
+    def run(*args):  # Inductor's compiled graphs take one list (its "boxed" convention)
+        return compiled(list(args))
+    return run
+
+
+class InductorCompilers:
+    """The forward, backward and inference compilers of one `aotgrad_inductor` graph.
+
+    Inductor may store a saved activation in another layout than the trace gave it
+    (channels-last after a convolution: its layout optimisation), and a backward
+    compiled for the traced strides then fails its input stride checks. So the
+    forward's compile records the strides its saved outputs really have, keyed by
+    the saved value's fake tensor (the backward's placeholder carries the same
+    one), and the backward is compiled for those strides: PyTorch does the same in
+    `_aot_stage2b_bw_compile`.
+
+        forward:  conv -> relu -> (loss, relu)   relu saved as f32[2,16,8,8] (1024,1,128,16)
+        backward: placeholder relu  "f32[2,16,8,8]" restrided (1024,64,8,1) -> (1024,1,128,16)
+    """
+
+    def __init__(self):
+        # id(val) -> (val, real stride), from the last forward until its backward is compiled
+        self.saved_strides: dict[int, tuple[torch.Tensor, tuple]] = {}
+
+    def forward(self, gm: fx.GraphModule, example_inputs):
+        outputs = _output_nodes(gm)
+        num_user = len(outputs) - gm.meta.get("num_saved", 0)
+        _keep_output_strides(gm, num_user)
+        saved_vals = [node.meta.get("val") if isinstance(node, fx.Node) else None for node in outputs[num_user:]]
+        with _reported_output_strides(example_inputs) as strides:
+            compiled = _compile(gm, list(example_inputs), is_backward=False)
+        if len(strides) == len(outputs):
+            for val, stride in zip(saved_vals, strides[num_user:]):
+                if isinstance(val, torch.Tensor) and stride is not None:
+                    self.saved_strides[id(val)] = (val, tuple(int(s) for s in stride))
+        return compiled
+
+    def backward(self, gm: fx.GraphModule, example_inputs):
+        _keep_output_strides(gm, len(_output_nodes(gm)))
+        inputs = list(example_inputs)
+        placeholders = gm.graph.find_nodes(op="placeholder")
+        used = []
+        for i, val in enumerate(inputs):
+            recorded, stride = self.saved_strides.get(id(val), (None, None))
+            if recorded is val:
+                used.append(id(val))
+                if tuple(val.stride()) != stride:
+                    inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
+        for key in used:
+            self.saved_strides.pop(key, None)
+        return _compile(gm, inputs, is_backward=True)
+
+    def inference(self, gm: fx.GraphModule, example_inputs):
+        _keep_output_strides(gm, len(_output_nodes(gm)))
+        return _compile(gm, list(example_inputs), is_backward=False)
 
 
 def aotgrad_inductor_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):
     """Forward and backward traced by aotgrad, each compiled by Inductor's graph compiler."""
     from torch._inductor.decomposition import select_decomp_table
 
-    return aot_module_simplified(gm, example_inputs, fw_compiler=_inductor_compiler(False),
-                                 bw_compiler=_inductor_compiler(True),
-                                 inference_compiler=_inductor_compiler(False),
-                                 partition_fn=_partitioner("min_cut"),
-                                 decompositions=select_decomp_table())
+    compilers = InductorCompilers()
+    return aot_module_simplified(gm, example_inputs, fw_compiler=compilers.forward,
+                                 bw_compiler=compilers.backward, inference_compiler=compilers.inference,
+                                 partition_fn=_partitioner("min_cut"), decompositions=select_decomp_table())
 
 
 def register() -> None:

@@ -12,7 +12,8 @@ Three measurements per model:
                torch._functorch.aot_autograd.aot_module_simplified(..., nop, nop);
                median of --compile-repeats after one untimed call each.
   first call   torch._dynamo.reset(), then one forward + loss + backward, with fresh
-               Inductor caches (so Inductor's numbers include its C++ compile).
+               Inductor caches (so Inductor's numbers include its C++ compile); its loss,
+               parameter grads and buffers are checked against eager's.
   step         median forward + loss + backward (no optimizer) after warmup; the
                configurations take turns in --rounds rounds so load on a shared machine
                falls on all of them alike.
@@ -123,6 +124,7 @@ class Result:
     first_call_s: float | None = None
     step_s: list[float] = field(default_factory=list)
     loss_matches: bool = True
+    state_matches: bool = True  # parameter grads and buffers after the first step
     error: str | None = None  # the first failure, shortened
 
     @property
@@ -191,12 +193,30 @@ def train_step(fn: Callable, inputs, params: list[torch.Tensor]) -> torch.Tensor
     return loss
 
 
+def _state(model: nn.Module) -> list[torch.Tensor]:
+    return [p.grad for p in model.parameters()] + list(model.buffers())
+
+
+def _states_match(actual: list, expected: list) -> bool:
+    """Equal up to 1e-3 of each tensor's largest value (Inductor's fused reductions round
+    differently from eager's; a BatchNorm gradient's small elements carry the rounding
+    error of its large ones)."""
+    def close(a, e):
+        if a is None or e is None:
+            return a is e
+        scale = max(e.abs().max().item(), 1.0) if e.is_floating_point() and e.numel() else 1.0
+        return a.shape == e.shape and torch.allclose(a.to(e.dtype), e, rtol=1e-3, atol=1e-3 * scale)
+    return len(actual) == len(expected) and all(close(a, e) for a, e in zip(actual, expected))
+
+
 def time_first_calls(model: nn.Module, inputs, results: dict[str, Result]) -> None:
     """Seconds of the first forward + loss + backward after a dynamo reset, cold Inductor caches;
-    and whether that first loss matches eager's."""
+    and whether that first loss, the grads and the buffers (BatchNorm's running stats) match eager's."""
     from torch._inductor.utils import fresh_cache
 
-    expected = train_step(copy.deepcopy(model), inputs, []).detach()
+    reference = copy.deepcopy(model)
+    expected = train_step(reference, inputs, []).detach()
+    expected_state = _state(reference)
     for config, result in results.items():
         twin = copy.deepcopy(model)
         params = list(twin.parameters())
@@ -210,6 +230,7 @@ def time_first_calls(model: nn.Module, inputs, results: dict[str, Result]) -> No
             result.error = result.error or _short(e)
             continue
         result.loss_matches = torch.allclose(loss.detach(), expected, rtol=1e-4, atol=1e-5)
+        result.state_matches = _states_match(_state(twin), expected_state)
 
 
 def time_steps(model: nn.Module, inputs, results: dict[str, Result], iters: int, rounds: int,
@@ -275,12 +296,14 @@ def ratios(results: dict[str, Result]) -> list[tuple[str, str]]:
     ]
 
 
-HEADER = ["config", "aot compile ms", "first call ms", "step ms (median)", "step IQR ms", "loss = eager"]
+HEADER = ["config", "aot compile ms", "first call ms", "step ms (median)", "step IQR ms", "loss = eager",
+          "grads, buffers = eager"]
 
 
 def rows(results: dict[str, Result]) -> list[list[str]]:
     return [[config, _ms(r.aot_compile_s), _ms(r.first_call_s), _ms(r.step_median_s), _ms(r.step_iqr_s),
-             "error" if r.error else "yes" if r.loss_matches else "NO"] for config, r in results.items()]
+             "error" if r.error else "yes" if r.loss_matches else "NO",
+             "error" if r.error else "yes" if r.state_matches else "NO"] for config, r in results.items()]
 
 
 def errors(results: dict[str, Result]) -> list[str]:

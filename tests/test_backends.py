@@ -1,0 +1,149 @@
+"""torch.compile(backend="aotgrad" / "aotgrad_inductor") on small models, against eager:
+outputs (values and strides), parameter gradients, BatchNorm running statistics.
+
+Inductor compiles are slow on a 2-core machine, so the models are tiny and each test
+runs two training steps (the second one uses the cached compiled graphs)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._inductor.decomposition import select_decomp_table
+
+import aotgrad  # noqa: F401  (registers the backends)
+from aotgrad.backends import InductorCompilers
+
+BACKENDS = ["aotgrad", "aotgrad_inductor"]
+
+
+class ConvNet(nn.Module):
+    """Two conv-bn-relu blocks; returns the logits, the second convolution's output (a
+    layout Inductor likes to make channels-last) and a view of it (rebuilt by the epilogue)."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.conv = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
+        self.norm = nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, images):
+        features = self.conv(self.block(images))
+        pooled = F.relu(self.norm(features)).mean((2, 3))
+        return self.head(pooled), features, features[:, :4]
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+
+    def forward(self, x, target):
+        return F.mse_loss(self.net(x), target)
+
+
+def _loss(outputs) -> torch.Tensor:
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return sum((i + 1) * o.sum() for i, o in enumerate(outputs))
+
+
+def assert_close_to_scale(actual: torch.Tensor, expected: torch.Tensor, tol: float, what: str) -> None:
+    """Equal up to `tol` relative to each element and to the tensor's largest value: a
+    BatchNorm gradient is a sum of many terms that mostly cancel, so its small elements
+    carry the rounding error of its large ones."""
+    scale = expected.abs().max().item() if expected.numel() else 0.0
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol * max(scale, 1.0),
+                               msg=lambda m: f"{what}: {m}")
+    assert actual.stride() == expected.stride(), (what, actual.stride(), expected.stride())
+
+
+def assert_training_matches_eager(model: nn.Module, inputs, backend: str, *, steps: int = 2,
+                                  tol: float = 1e-5, buffers: bool = True) -> None:
+    """`steps` forward + backward steps compiled and eager, grads accumulating; compare
+    every step's outputs (values and strides), then grads and (if `buffers`) buffers."""
+    eager, twin = copy.deepcopy(model), copy.deepcopy(model)
+    compiled = torch.compile(twin, backend=backend)
+    for _ in range(steps):
+        expected, actual = eager(*inputs), compiled(*inputs)
+        for e, a in zip(expected if isinstance(expected, tuple) else (expected,),
+                        actual if isinstance(actual, tuple) else (actual,)):
+            assert_close_to_scale(a, e, tol, "output")
+        _loss(expected).backward()
+        _loss(actual).backward()
+    for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
+        assert_close_to_scale(q.grad, p.grad, tol, f"{name}.grad")
+    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
+        if buffers:
+            assert_close_to_scale(c, b, tol, name)
+
+
+def _conv_inputs():
+    torch.manual_seed(0)
+    return ConvNet(), (torch.randn(4, 3, 16, 16),)
+
+
+def _mlp_inputs():
+    torch.manual_seed(0)
+    return MLP(), (torch.randn(8, 16), torch.randn(8, 8))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mlp_training_matches_eager(backend):
+    model, inputs = _mlp_inputs()
+    assert_training_matches_eager(model, inputs, backend)
+
+
+def test_aotgrad_conv_net_training_matches_eager():
+    model, inputs = _conv_inputs()
+    assert_training_matches_eager(model, inputs, "aotgrad")
+
+
+def test_aotgrad_inductor_conv_net_with_channels_last_activations_matches_eager():
+    # Forced layout optimisation: Inductor keeps conv activations channels-last, so the
+    # saved values reach the backward in another layout than the trace gave them (the
+    # backward's stride checks failed before it was compiled for the real layout), and
+    # the user's outputs must still come back in eager's strides.
+    # Tolerance: Inductor's fused BatchNorm reductions round differently from eager;
+    # backend="inductor" differs from eager by 2e-5 of the largest gradient here.
+    # Buffers: see test_aotgrad_inductor_batch_norm_updates_running_stats.
+    model, inputs = _conv_inputs()
+    with torch._inductor.config.patch(force_layout_optimization=True):
+        assert_training_matches_eager(model, inputs, "aotgrad_inductor", tol=1e-4, buffers=False)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Inductor's decomposition of native_batch_norm writes running_mean/running_var with "
+    "copy_ below the autograd key, so no version counter moves and the tracer does not "
+    "count the write (GraphRecorder.hidden_writes); the update is dropped"))
+def test_aotgrad_inductor_batch_norm_updates_running_stats():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm2d(4))
+    assert_training_matches_eager(model, (torch.randn(2, 4, 3, 3),), "aotgrad_inductor", steps=1, tol=1e-4)
+
+
+def test_backward_is_compiled_for_the_saved_layout_the_forward_returns():
+    # The forward's compile records each saved value's real strides; the backward's
+    # placeholder for that value is compiled with them.
+    model, (images,) = _conv_inputs()
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm.forward
+
+    torch.compile(model, backend=capture)(images)
+    gm, example_inputs = graphs[0]
+    compilers = InductorCompilers()
+    with torch._inductor.config.patch(force_layout_optimization=True):
+        run = aotgrad.aot_module_simplified(
+            gm, example_inputs, fw_compiler=compilers.forward, bw_compiler=compilers.backward,
+            partition_fn=aotgrad.min_cut_rematerialization_partition, decompositions=select_decomp_table())
+    _, bw_gm = run.compiled.last_graphs
+    saved = bw_gm.graph.find_nodes(op="placeholder")[: bw_gm.meta["num_saved"]]
+    channels_last = [n.name for n in saved if n.meta["val"].dim() == 4
+                     and n.meta["val"].is_contiguous(memory_format=torch.channels_last)
+                     and not n.meta["val"].is_contiguous()]
+    assert channels_last, [(n.name, n.meta["val"].stride()) for n in saved]
