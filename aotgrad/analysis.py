@@ -64,9 +64,13 @@ class ViewStep:
     op: Callable
     args: tuple
     kwargs: tuple = ()  # (name, value) pairs
+    grad_enabled: bool = True  # the grad mode it ran in: a view made under no_grad cuts the graph
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        return self.op(t, *self.args, **dict(self.kwargs))
+        if self.grad_enabled or not torch.is_grad_enabled():
+            return self.op(t, *self.args, **dict(self.kwargs))
+        with torch.no_grad():
+            return self.op(t, *self.args, **dict(self.kwargs))
 
     def __repr__(self) -> str:
         name = "getitem" if self.op is operator.getitem else str(self.op)
@@ -138,7 +142,8 @@ def recorded_views(node: fx.Node, stops: dict[fx.Node, int]) -> tuple[int, tuple
         constants = pytree.tree_leaves((args, node.kwargs))
         if not isinstance(source, fx.Node) or any(isinstance(a, fx.Node) for a in constants):
             return None
-        steps.append(ViewStep(node.target, tuple(args), tuple(node.kwargs.items())))
+        steps.append(ViewStep(node.target, tuple(args), tuple(node.kwargs.items()),
+                              node.meta.get("grad_enabled", True)))
         node = source
     return stops[node], tuple(reversed(steps))
 

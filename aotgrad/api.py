@@ -298,9 +298,10 @@ def aot_module(module: torch.nn.Module, fw_compiler: Callable, bw_compiler: Call
                                       options.get("dynamic", False)))
 
 
-def aot_module_simplified(gm: fx.GraphModule, example_inputs: Sequence[Any], fw_compiler: Callable,
+def aot_module_simplified(gm: torch.nn.Module, example_inputs: Sequence[Any], fw_compiler: Callable,
                           bw_compiler: Callable | None = None, **options) -> Callable:
-    """Compile a torch.compile FX graph; returns a callable over the same flat inputs."""
+    """Compile a torch.compile FX graph (or any nn.Module: its parameters and buffers become
+    inputs); returns a callable over the same flat inputs."""
     from aotgrad.simplified import compile_graph_module
 
     return compile_graph_module(gm, example_inputs, _options(

@@ -1,7 +1,7 @@
 """aot_module_simplified: compile the FX graph torch.compile hands a backend.
 
-In: a GraphModule (parameters lifted as inputs, or still attributes) and example
-inputs (fake tensors of torch.compile's fake mode, maybe ints). Out: a callable over
+In: a GraphModule (parameters lifted as inputs, or still attributes), or any nn.Module,
+and example inputs (fake tensors of torch.compile's fake mode, maybe ints). Out: a callable over
 the same flat inputs. The graph is run node by node under the recorder so every aten
 op keeps the user's source line and module path. Graphs with symbolic sizes are, until
 dynamic shapes land, specialised per concrete shape at run time (logged at debug).
@@ -29,29 +29,33 @@ def _is_symbolic(value: Any) -> bool:
     return False
 
 
-class _GraphAsFunction:
-    """Calls gm(*inputs) with lifted attributes; under the recorder, node by node."""
+class _ModuleAsFunction:
+    """Calls module(*inputs) with its parameters and buffers replaced by the leading
+    values (lifted as graph inputs). Under the recorder a GraphModule is run node by
+    node, so its aten ops keep the user's source lines; any other module just runs."""
 
-    def __init__(self, gm: fx.GraphModule, attr_names: list[str]):
-        self.gm, self.attr_names = gm, attr_names
-        self.__name__ = "torch.compile graph"
+    def __init__(self, module: torch.nn.Module, attr_names: list[str]):
+        self.module, self.attr_names = module, attr_names
+        self.__name__ = "torch.compile graph" if isinstance(module, fx.GraphModule) else type(module).__name__
 
     def __call__(self, *values):
         attrs = dict(zip(self.attr_names, values[: len(self.attr_names)]))
         inputs = values[len(self.attr_names):]
         recorder = _get_current_dispatch_mode()
-        if isinstance(recorder, GraphRecorder):
-            out = UserGraphRunner(self.gm, recorder, attrs).run(*inputs)
-        else:
-            out = self.gm(*inputs)
-        return out
+        if isinstance(self.module, fx.GraphModule) and isinstance(recorder, GraphRecorder):
+            return UserGraphRunner(self.module, recorder, attrs).run(*inputs)
+        with torch.nn.utils.stateless._reparametrize_module(self.module, attrs):
+            return self.module(*inputs)
 
 
-def compile_graph_module(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Options):
+def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], options: Options):
+    """aot_module_simplified's work: `gm` is usually torch.compile's GraphModule, but any
+    nn.Module is accepted, as in PyTorch (a backend may wrap the graph it was handed);
+    its parameters and buffers become leading inputs so their grads reach `.grad`."""
     state = {**dict(gm.named_parameters(remove_duplicate=False)),
              **dict(gm.named_buffers(remove_duplicate=False))}
     names = list(state)
-    compiled = AotFunction(_GraphAsFunction(gm, names), options)
+    compiled = AotFunction(_ModuleAsFunction(gm, names), options)
     params = list(state.values())
     if any(_is_symbolic(v) for v in example_inputs):
         log.debug("aotgrad: the graph has symbolic sizes, which aotgrad does not trace yet; "

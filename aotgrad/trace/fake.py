@@ -14,11 +14,16 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 
 def fake_mode_for(example_inputs: Sequence[Any]) -> FakeTensorMode:
-    """The fake mode of the example inputs if they are fake, else a fresh one."""
+    """The fake mode of the example inputs if they are fake, else a fresh one.
+
+    A fresh mode's tensors raise on `data_ptr()` (PyTorch's default only warns), as
+    the fake modes of torch.compile and make_fx do: tracing cannot answer it."""
     mode = detect_fake_mode(list(example_inputs))
     if mode is not None:
         return mode
-    return FakeTensorMode(allow_non_fake_inputs=False)
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    mode._allow_unsafe_data_ptr_access = False
+    return mode
 
 
 def to_fake(fake_mode: FakeTensorMode, value: Any) -> Any:

@@ -8,15 +8,19 @@ Node metadata written here (FX's keys where they exist):
   val            the fake value the op produced (FakeTensor, or a list of them)
   stack_trace    the user's source line(s) that issued the op
   seq_nr         autograd sequence number: a forward op and the backward ops
-                 that differentiate it share it
+                 that differentiate it share it. Set on a forward op only when
+                 running it made an autograd node (not on detach, ops under
+                 no_grad, ops on tensors that do not require grad)
   nn_module_stack, source_fn_stack   copied from the torch.compile graph node
   is_backward    True for ops issued by the autograd engine (new key)
   autograd_node  name of the backward node that issued the op, e.g. MulBackward0 (new key)
   forward_op     the forward op a backward op differentiates, e.g. aten.mul.Tensor (new key)
+  grad_enabled   the grad mode the op ran in (new key; views replayed at run time use it)
   captured_constant  True on get_attr nodes for real tensors captured from outside (new key)
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
 import operator
 import os
@@ -29,6 +33,8 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
+
+from aotgrad.trace.grad_mode_ops import recorded_op
 
 aten = torch.ops.aten
 
@@ -99,6 +105,37 @@ class GraphRecorder(TorchDispatchMode):
         self.forward_nodes_by_seq_nr: dict[int, fx.Node] = {}
         self._last_placeholder: fx.Node | None = None
         self.hidden_writes: set[int] = set()  # ids of tensors written without a version bump
+        # forward nodes whose autograd nodes are not known yet: (node, tensors to look at)
+        self._unresolved: list[tuple[fx.Node, list[torch.Tensor]]] = []
+        self._first_seq_nr: int | None = None  # autograd nodes older than the trace are not ours
+        self._decomposing = 0  # inside a decomposition, the decomposed op's autograd work is not done
+        self._isolation: list[contextlib.ExitStack] = []
+
+    # -- entering and leaving -------------------------------------------------
+    def __enter__(self):
+        """Record with the caller's state kept out of the trace, as PyTorch's tracers do:
+        the saved-tensor hooks active at the call do not run on fake tensors (they run at
+        run time, on what the compiled Function saves), and reading a fake tensor's data
+        pointer raises (`Cannot access data pointer`) instead of warning."""
+        if self._first_seq_nr is None:
+            self._first_seq_nr = torch.autograd._get_sequence_nr()
+        stack = contextlib.ExitStack()
+        stack.enter_context(_users_saved_tensor_hooks_set_aside())
+        stack.enter_context(_data_ptr_access_raises(self.fake_mode))
+        self._isolation.append(stack)
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._isolation.pop().close()
+            raise
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        try:
+            if len(self._isolation) == 1:
+                self._resolve_autograd_nodes()
+            return super().__exit__(exc_type, exc_value, traceback)
+        finally:
+            self._isolation.pop().close()
 
     # -- graph inputs -------------------------------------------------------
     def placeholder(self, name: str, value: Any) -> fx.Node:
@@ -113,6 +150,8 @@ class GraphRecorder(TorchDispatchMode):
         node.meta["val"] = value
         if isinstance(value, torch.Tensor):
             self.nodes[value] = node
+            if isinstance(value, FakeTensor):
+                torch._C._set_throw_on_mutable_data_ptr(value)
         return node
 
     def bind(self, value: torch.Tensor, node: fx.Node) -> None:
@@ -157,10 +196,19 @@ class GraphRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _NOT_RECORDED:
             return func(*args, **kwargs)
+        if not self.in_backward and not getattr(func, "is_view", False):
+            # not on view ops: autograd replays views while it holds a view's lock
+            # (regenerating its grad_fn after an in-place write), and reading that
+            # view's grad_fn here would wait for the lock forever
+            self._resolve_autograd_nodes()
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
-            with self:
-                result = decomposition(*args, **kwargs)
+            self._decomposing += 1
+            try:
+                with self:
+                    result = decomposition(*args, **kwargs)
+            finally:
+                self._decomposing -= 1
             if result is not NotImplemented:
                 return result
         if func is aten.lift_fresh.default:
@@ -170,11 +218,18 @@ class GraphRecorder(TorchDispatchMode):
         fake_args, fake_kwargs = pytree.tree_map(self.fake_of, (args, kwargs))
         out = func(*fake_args, **fake_kwargs)
         self.hidden_writes.update(id(t) for t in _hidden_writes(func, fake_args, fake_kwargs))
-        node = self.graph.create_node("call_function", func, tuple(node_args), node_kwargs,
+        if self._decomposing:
+            # a decomposition runs below the autograd key, so its in-place writes move no
+            # version counter (Inductor's native_batch_norm copy_s into the running stats)
+            self.hidden_writes.update(id(t) for t in _schema_writes(func, fake_args, fake_kwargs))
+        target = recorded_op(func, args, kwargs)
+        node = self.graph.create_node("call_function", target, tuple(node_args), node_kwargs,
                                       name=op_name(func))
         node.meta["val"] = out
         self._annotate(node, func)
         self._bind_outputs(node, out)
+        if not self.in_backward:
+            self._unresolved.append((node, _tensors_to_inspect(func, args, out)))
         return out
 
     def _bind_outputs(self, node: fx.Node, out: Any) -> None:
@@ -191,6 +246,7 @@ class GraphRecorder(TorchDispatchMode):
     def _annotate(self, node: fx.Node, func) -> None:
         meta = node.meta
         meta["original_aten"] = func
+        meta["grad_enabled"] = torch.is_grad_enabled()
         if self.in_backward:
             autograd_node = torch._C._current_autograd_node()
             meta["is_backward"] = True
@@ -205,9 +261,6 @@ class GraphRecorder(TorchDispatchMode):
                         if key in forward.meta:
                             meta[key] = forward.meta[key]
             return
-        seq_nr = torch.autograd._get_sequence_nr() - 1
-        meta["seq_nr"] = seq_nr
-        self.forward_nodes_by_seq_nr[seq_nr] = node
         user = self.user_node
         if user is not None:
             for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
@@ -215,6 +268,91 @@ class GraphRecorder(TorchDispatchMode):
                     meta[key] = user.meta[key]
         else:
             meta["stack_trace"] = user_stack_trace(sys._getframe(2))
+
+    def _resolve_autograd_nodes(self) -> None:
+        """Give each forward node recorded since the last call the seq_nr of the autograd
+        node(s) running it made, read off its outputs' `grad_fn` once autograd has set it.
+
+        Ops that made no autograd node (detach, BatchNorm's `num_batches_tracked.add_(1)`,
+        ops under no_grad or on tensors that do not require grad) get no seq_nr, so they
+        never stand for a backward node. An in-place op on a view also claims its base's
+        `CopySlices`, the node the engine runs to differentiate it; the last op of a custom
+        autograd.Function's forward claims the Function's node (its output's grad_fn).
+        Called before each forward op (the previous op's autograd work is then done) and
+        when recording stops.
+        """
+        if self._decomposing:
+            return
+        unresolved, self._unresolved = self._unresolved, []
+        for node, tensors in unresolved:
+            claimed = []
+            for t in tensors:
+                grad_fn = t.grad_fn
+                if grad_fn is None:
+                    continue
+                seq_nr = grad_fn._sequence_nr()
+                if seq_nr >= self._first_seq_nr and seq_nr not in self.forward_nodes_by_seq_nr:
+                    self.forward_nodes_by_seq_nr[seq_nr] = node
+                    claimed.append(seq_nr)
+            if claimed:
+                node.meta["seq_nr"] = claimed[0]
+                for user in node.users:
+                    if user.target is operator.getitem:
+                        user.meta["seq_nr"] = claimed[0]
+
+
+def _schema_writes(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors an op's schema marks as written (`Tensor(a!)`)."""
+    written = []
+    for i, spec in enumerate(func._schema.arguments):
+        if spec.alias_info is None or not spec.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) and not spec.kwarg_only else kwargs.get(spec.name)
+        if isinstance(value, torch.Tensor):
+            written.append(value)
+    return written
+
+
+def _tensors_to_inspect(func, args, out) -> list[torch.Tensor]:
+    """Where the autograd node(s) of an op show: the base of a view it wrote in place
+    (CopySlices), then its outputs (in-place and out= ops return the written tensor)."""
+    outputs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    written = [a for a, arg in zip(args, func._schema.arguments)
+               if arg.alias_info is not None and arg.alias_info.is_write and isinstance(a, torch.Tensor)]
+    bases = [a._base for a in written if a._is_view()]
+    return bases + outputs
+
+
+@contextlib.contextmanager
+def _users_saved_tensor_hooks_set_aside():
+    """Take the saved-tensor hooks that are active when recording starts off autograd's
+    stack, and put them back after: they would run on fake tensors. As in PyTorch's
+    AOTAutograd they run at run time instead, on what the compiled Function saves.
+    Hooks that the traced code pushes itself are part of its program and are traced."""
+    hooks_api = torch._C._autograd
+    if not hooks_api._saved_tensors_hooks_is_enabled():  # disabled hooks do not run at all
+        yield
+        return
+    set_aside = []
+    while (top := hooks_api._top_saved_tensors_default_hooks(True)) is not None:
+        set_aside.append(top)
+        hooks_api._pop_saved_tensors_default_hooks()
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(set_aside):
+            hooks_api._push_saved_tensors_default_hooks(pack, unpack)
+
+
+@contextlib.contextmanager
+def _data_ptr_access_raises(fake_mode: FakeTensorMode):
+    """Fake tensors made while recording raise on `data_ptr()` instead of warning."""
+    previous = fake_mode._allow_unsafe_data_ptr_access
+    fake_mode._allow_unsafe_data_ptr_access = False
+    try:
+        yield
+    finally:
+        fake_mode._allow_unsafe_data_ptr_access = previous
 
 
 class UserGraphRunner(fx.Interpreter):

@@ -1,0 +1,166 @@
+"""The recorder: which forward op each backward node differentiates (seq_nr, forward_op),
+and what tracing keeps away from the user's program (saved-tensor hooks)."""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+import aotgrad
+from aotgrad.joint import trace_joint
+from aotgrad.trace import fake_mode_for, to_fake
+from tests.oracle import assert_same_as_eager
+
+
+def _joint(fn, *args) -> fx.GraphModule:
+    mode = fake_mode_for(args)
+    fakes = [to_fake(mode, a) for a in args]
+    return trace_joint(lambda *v: [fn(*v)], fakes, fake_mode=mode, trace_backward=True).gm
+
+
+def _calls(gm: fx.GraphModule, *, backward: bool) -> list[fx.Node]:
+    return [n for n in gm.graph.nodes
+            if n.op == "call_function" and bool(n.meta.get("is_backward")) == backward]
+
+
+def _forward_op_by_autograd_node(gm: fx.GraphModule) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for node in _calls(gm, backward=True):
+        found.setdefault(node.meta["autograd_node"], set()).add(node.meta.get("forward_op"))
+    return found
+
+
+class _BatchNormLinearDetach(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = self.bn(x)                     # also num_batches_tracked.add_(1): no autograd node
+        scale = y.detach().abs().mean()    # detach, then ops on a tensor that needs no grad
+        return self.fc(y) * scale
+
+
+def _joint_of_batch_norm_linear_detach() -> fx.GraphModule:
+    joints = []
+
+    def capture_joint(joint_gm, joint_inputs, *, num_fwd_outputs):
+        joints.append(joint_gm)
+        return aotgrad.default_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+
+    torch.manual_seed(0)
+    out = aotgrad.aot_module(_BatchNormLinearDetach(), aotgrad.nop, partition_fn=capture_joint)(
+        torch.randn(5, 4, requires_grad=True))
+    out.sum().backward()
+    (joint,) = joints
+    return joint
+
+
+def test_every_backward_node_names_the_forward_op_it_differentiates():
+    assert _forward_op_by_autograd_node(_joint_of_batch_norm_linear_detach()) == {
+        "MulBackward0": {"aten.mul.Tensor"},
+        "AddmmBackward0": {"aten.addmm.default"},
+        "TBackward0": {"aten.t.default"},
+        "NativeBatchNormBackward0": {"aten.native_batch_norm.default"},
+    }
+
+
+def test_ops_that_make_no_autograd_node_get_no_seq_nr():
+    forward = _calls(_joint_of_batch_norm_linear_detach(), backward=False)
+    without = sorted({str(n.target) for n in forward if "seq_nr" not in n.meta})
+    # in the functional joint, num_batches_tracked.add_(1) has become add
+    assert without == ["aten.abs.default", "aten.add.Tensor", "aten.detach.default", "aten.mean.default"], without
+    with_seq_nr = [n.meta["seq_nr"] for n in forward if "seq_nr" in n.meta and n.target is not operator.getitem]
+    assert len(with_seq_nr) == len(set(with_seq_nr)), "each autograd node stands for one forward op"
+
+
+def test_in_place_write_to_a_view_is_differentiated_by_its_copy_slices():
+    def fn(x):
+        y = x * 2
+        y[0].mul_(3)
+        return y.sin()
+
+    found = _forward_op_by_autograd_node(_joint(fn, torch.randn(2, 3, requires_grad=True)))
+    assert found["torch::autograd::CopySlices"] == {"aten.mul_.Tensor"}
+    assert found["SinBackward0"] == {"aten.sin.default"}
+
+
+class _TimesThree(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone().mul_(3)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+def test_custom_function_backward_names_the_op_that_made_its_output():
+    found = _forward_op_by_autograd_node(_joint(lambda x: _TimesThree.apply(x).cos(),
+                                                torch.randn(3, requires_grad=True)))
+    assert found["_TimesThreeBackward"] == {"aten.mul_.Tensor"}
+    assert found["CosBackward0"] == {"aten.cos.default"}
+
+
+def _scaled_sine(x, w):
+    return (x * w).sin()
+
+
+def test_users_saved_tensor_hooks_do_not_run_while_tracing():
+    packed: list[type] = []
+
+    def pack(t):
+        packed.append(type(t))
+        return t
+
+    compiled = aotgrad.aot_function(_scaled_sine, aotgrad.nop)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        compiled.precompile(torch.randn(4, 3), torch.randn(3, requires_grad=True))
+    assert packed == []
+
+
+def test_users_saved_tensor_hooks_run_at_run_time_on_what_the_compiled_function_saves():
+    # as in PyTorch's AOTAutograd: the hooks are deferred to run time, where they apply
+    # to the compiled autograd.Function's saved tensors (real ones)
+    packed: list[type] = []
+    unpacked: list[torch.Size] = []
+
+    def pack(t):
+        packed.append(type(t))
+        return t.clone()
+
+    def unpack(t):
+        unpacked.append(t.shape)
+        return t
+
+    x, w = torch.randn(4, 3), torch.randn(3, requires_grad=True)
+    compiled = aotgrad.aot_function(_scaled_sine, aotgrad.nop)
+    compiled.precompile(x, w)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        compiled(x, w).sum().backward()
+    assert packed and all(t is torch.Tensor for t in packed), packed
+    assert len(unpacked) == len(packed)
+
+
+def test_results_under_users_saved_tensor_hooks_equal_eager():
+    def pack(t):
+        return t.clone()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        assert_same_as_eager(_scaled_sine, [torch.randn(4, 3), torch.randn(3, requires_grad=True)])
+
+
+def _sine_with_bfloat16_saved_values(x, w):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t.to(torch.bfloat16), lambda t: t.to(torch.float32)):
+        return (x * w).sin()
+
+
+def test_saved_tensor_hooks_pushed_by_the_traced_code_are_traced():
+    # they are part of the user's program: the compiled backward sees the rounded values
+    x, w = torch.randn(4, 3), torch.randn(3, requires_grad=True)
+    assert_same_as_eager(_sine_with_bfloat16_saved_values, [x, w])
+    rounded = torch.autograd.grad(_sine_with_bfloat16_saved_values(x, w).sum(), w)[0]
+    exact = torch.autograd.grad(_scaled_sine(x, w).sum(), w)[0]
+    assert not torch.allclose(rounded, exact, atol=1e-5, rtol=1e-5), "the hooks change the grads"
