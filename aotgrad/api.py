@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotgrad.errors import MutatedAliasedInputsError
+from aotgrad.errors import MutatedAliasedInputsError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import TracedJoint, trace_joint
 from aotgrad.partition import default_partition
@@ -127,9 +127,13 @@ def _dedupe(tensors: Sequence[torch.Tensor]) -> tuple[list[int], tuple[int, ...]
     return keep, tuple(source)
 
 
-def _storage_groups(tensors: Sequence[torch.Tensor]) -> tuple[int, ...]:
+def _storage_groups(tensors: Sequence[torch.Tensor], fn_name: str) -> tuple[int, ...]:
     seen: dict[int, int] = {}
-    return tuple(seen.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors))
+    try:
+        return tuple(seen.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors))
+    except NotImplementedError:  # "Cannot access storage of SparseTensorImpl"
+        reject_sparse_inputs(tensors, fn_name)
+        raise
 
 
 @dataclass
@@ -204,7 +208,7 @@ class AotFunction:
         tensors = [flat[i] for i in positions]
         keep, source = _dedupe(tensors)
         others = tuple((i, v) for i, v in enumerate(flat) if not isinstance(v, torch.Tensor))
-        key = (spec, others, source, _storage_groups(tensors), torch.is_grad_enabled(),
+        key = (spec, others, source, _storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
                tuple(_tensor_key(t) for t in tensors))
         entry = self.cache.get(key)
         if entry is None:
@@ -214,7 +218,7 @@ class AotFunction:
     def _flat_entry(self, tensors: tuple):
         """_entry for positional tensor arguments only; the same key, minus the tree spec."""
         keep, source = _dedupe(tensors)
-        key = (len(tensors), source, _storage_groups(tensors), torch.is_grad_enabled(),
+        key = (len(tensors), source, _storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
                tuple(_tensor_key(t) for t in tensors))
         entry = self.flat_cache.get(key)
         if entry is None:

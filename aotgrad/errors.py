@@ -7,6 +7,10 @@ PyTorch's tests pin it, followed by the cause, the cure and the user's line.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
 
 from aotgrad.trace.tracer import _is_library_file
 
@@ -51,9 +55,44 @@ _FRIENDLY_OP_NAMES = {
 }
 
 
+_TO_DENSE = ("aotgrad supports only dense (strided) tensors: tracing, the aliasing analysis and "
+             "functionalization read every tensor's storage, which sparse tensors do not have.")
+
+
+def reject_sparse_inputs(tensors: Sequence[Any], fn_name: str) -> None:
+    """Raise a clear UnsupportedError if an input of `fn_name` is sparse (or any non-strided layout).
+
+    Without it the first storage read fails with "Cannot access storage of SparseCsrTensorImpl".
+    """
+    for i, t in enumerate(tensors):
+        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+            raise UnsupportedError(
+                f"aotgrad cannot compile `{fn_name}`: input {i} is a sparse tensor ({t.layout}, shape "
+                f"{tuple(t.shape)}). {_TO_DENSE} To continue: pass `t.to_dense()`, or run the sparse "
+                "ops outside the compiled function.")
+
+
+def reject_sparse_outputs(outs: Sequence[Any], node_of: Callable[[Any], Any], fn_name: str) -> None:
+    """Raise a clear UnsupportedError, naming the op and the user's line, if `fn_name` returns a
+    sparse tensor (made by `to_sparse`, say). `node_of` maps a traced tensor to its graph node."""
+    for k, out in enumerate(outs):
+        if isinstance(out, torch.Tensor) and out.layout != torch.strided:
+            node = node_of(out)
+            op = getattr(node, "target", None)
+            made_by = f"`{op}`" if op is not None else "an op"
+            trace = getattr(node, "meta", {}).get("stack_trace")
+            raise UnsupportedError(
+                f"aotgrad cannot compile `{fn_name}`: output {k} is a sparse tensor ({out.layout}) made by "
+                f"{made_by}. {_TO_DENSE} To continue: return `.to_dense()` of it, or make the sparse "
+                "tensor outside the compiled function." + (f"\n{trace.rstrip()}" if trace else ""))
+
+
 def translate_trace_error(e: Exception, fn_name: str, in_backward: bool = False) -> Exception:
     """Turn a tracing failure into an error about the user's program, or return e as is."""
-    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
 
     where = f"the backward of `{fn_name}`" if in_backward else f"`{fn_name}`"
     line = user_line_of(e)
@@ -64,6 +103,20 @@ def translate_trace_error(e: Exception, fn_name: str, in_backward: bool = False)
             "Tracing runs on fake tensors, which have no memory, so `data_ptr()` has no answer. "
             "To continue: do not read data pointers inside compiled code (for a custom op, register a "
             "fake kernel with torch.library.register_fake that does not touch data).", line))
+    if "data is not allocated yet" in text:
+        # An op read a fake tensor's values in C++ before dispatch, where no aten op is recorded
+        # (`tensor_split` with a tensor of indices). PyTorch, whose python dispatcher runs the
+        # Python decomposition, fails in `.item()` with DataDependentOutputException.
+        return TraceError(_with_line(
+            f"aotgrad cannot trace {where}: an op reads the values of a tensor argument "
+            "(e.g. `torch.tensor_split` with a tensor `indices_or_sections`, which it turns into Python "
+            "ints), so it needs real tensor values, but tracing runs on fake tensors, so there are none "
+            "yet. To continue: pass such arguments as Python ints or lists (`indices.tolist()` outside "
+            "the compiled function).", line))
+    if "Cannot access storage of Sparse" in text:
+        return UnsupportedError(_with_line(
+            f"aotgrad cannot trace {where}: a sparse tensor reached it. {_TO_DENSE} To continue: "
+            "convert it with `.to_dense()`, or run the sparse ops outside the compiled function.", line))
     if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException)) or (
             "data-dependent" in text.lower() and "GuardOnDataDependentSymNode" in type(e).__name__):
         op = getattr(e, "func", None)

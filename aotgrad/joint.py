@@ -23,7 +23,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from aotgrad.analysis import ForwardAnalysis, InputInfo, InputState, analyse_inputs, analyse_outputs
-from aotgrad.errors import UnsupportedError, translate_trace_error
+from aotgrad.errors import UnsupportedError, reject_sparse_outputs, translate_trace_error
 from aotgrad.trace import GraphRecorder
 
 
@@ -178,6 +178,7 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
 
     inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.hidden_writes)
     _reject_metadata_mutations(inputs, fn_name)  # before the outputs: their grad_fns would replay views
+    reject_sparse_outputs(outs, recorder.node_of, fn_name)
     analysis = analyse_outputs(values, outs, recorder.node_of)
     if outputs_as_returned:
         analysis.forward_outputs = [o for o in outs if isinstance(o, torch.Tensor)]

@@ -286,3 +286,11 @@ def test_mutated_input_whose_backward_autograd_cannot_run_fails_only_when_used()
             a.sum().backward()  # a gradient through the mutated input is not, in eager too
         results.append(leaf.grad)
     torch.testing.assert_close(results[1], results[0])
+
+
+def test_foreach_in_place_on_inputs_is_written_back():
+    def fn(a, b):
+        torch._foreach_add_([a, b], 1.5)
+        return a * b
+    assert_same_as_eager(fn, [torch.randn(3), torch.randn(3)])
+    assert_same_as_eager(fn, [torch.randn(3, requires_grad=True) * 1, torch.randn(3)])

@@ -1,9 +1,15 @@
 """Bad input gets a clear error: what happened, why, what to do, and the user's line."""
 import pytest
 import torch
+from torch import fx
 
 import aotgrad
-from aotgrad.errors import TraceError, UnsupportedError
+from aotgrad.errors import (
+    TraceError,
+    UnsupportedError,
+    reject_sparse_inputs,
+    reject_sparse_outputs,
+)
 
 
 def uses_item(x):
@@ -64,13 +70,63 @@ def test_mutating_a_captured_global_is_rejected():
         aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3))
 
 
-def test_resize_is_rejected():
-    def fn(x):
-        y = x.clone()
-        y.resize_(8)
-        return y
-    with pytest.raises(UnsupportedError, match="resize_"):
-        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(4))
+def grows_a_viewed_tensor(x):
+    y = x.clone()
+    head = y[:2]
+    y.resize_(8)
+    return head + 1
+
+
+def test_resize_growing_a_tensor_that_a_later_view_reads_is_rejected_at_its_line():
+    with pytest.raises(UnsupportedError) as info:
+        aotgrad.aot_function(grows_a_viewed_tensor, aotgrad.nop)(torch.randn(4))
+    message = str(info.value)
+    assert "`aten.resize_.default`" in message and "To continue" in message
+    assert "test_errors.py" in message and "y.resize_(8)" in message
+
+
+def splits_at(x, indices):
+    return torch.tensor_split(x, indices)
+
+
+def test_tensor_split_with_tensor_indices_needs_real_values():
+    with pytest.raises(TraceError) as info:
+        aotgrad.aot_function(splits_at, aotgrad.nop)(torch.randn(5), torch.tensor([1, 3]))
+    message = str(info.value)
+    assert "reads the values of a tensor argument" in message and "needs real tensor values" in message
+    assert "`torch.tensor_split`" in message and "To continue" in message
+    assert "test_errors.py" in message and "torch.tensor_split(x, indices)" in message
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
+def test_sparse_input_is_named_with_the_workaround():
+    with pytest.raises(UnsupportedError) as info:
+        reject_sparse_inputs([torch.randn(2), torch.eye(3).to_sparse_csr()], "step")
+    message = str(info.value)
+    assert message.startswith("aotgrad cannot compile `step`: input 1 is a sparse tensor (torch.sparse_csr")
+    assert "only dense (strided) tensors" in message and "To continue" in message and "to_dense()" in message
+
+
+def test_sparse_output_names_the_op_that_made_it():
+    node = fx.Graph().call_function(torch.ops.aten._to_sparse.default, ())
+    node.meta["stack_trace"] = '  File "train.py", line 3, in step\n    y = x.to_sparse()\n'
+    with pytest.raises(UnsupportedError) as info:
+        reject_sparse_outputs([torch.eye(2).to_sparse()], lambda t: node, "step")
+    message = str(info.value)
+    assert "output 0 is a sparse tensor (torch.sparse_coo) made by `aten._to_sparse.default`" in message
+    assert "To continue" in message and "y = x.to_sparse()" in message
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
+def test_compiling_with_a_sparse_input_is_rejected_clearly():
+    with pytest.raises(UnsupportedError, match="input 0 is a sparse tensor"):
+        aotgrad.aot_function(lambda s, y: torch.sparse.mm(s, y), aotgrad.nop)(
+            torch.eye(3).to_sparse_csr(), torch.randn(3, 2))
+
+
+def test_returning_a_sparse_tensor_is_rejected_clearly():
+    with pytest.raises(UnsupportedError, match="output 0 is a sparse tensor"):
+        aotgrad.aot_function(lambda x: x.to_sparse(), aotgrad.nop)(torch.randn(3, 3))
 
 
 def test_mutating_overlapping_views_of_one_base_matches_eager():

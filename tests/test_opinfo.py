@@ -117,28 +117,12 @@ DATA_DEPENDENT = {
     "index_put": NEEDS_VALUES,            # bool-mask index: nonzero in the backward
     "index_fill": NEEDS_VALUES,           # aten._unique in the backward
     "nn.functional.gaussian_nll_loss": NEEDS_VALUES,  # a data-dependent check on var
-    # PyTorch: DataDependentOutputException (_local_scalar_dense). aotgrad raises a RuntimeError
-    # too, but not its clear TraceError: "The tensor has a non-zero number of elements, but its
-    # data is not allocated yet." (a fake tensor's data was read).
-    "tensor_split": r"data is not allocated|" + NEEDS_VALUES,
+    "tensor_split": NEEDS_VALUES,         # tensor indices read in C++ ("reads the values of a tensor")
 }
 DATA_DEPENDENT_SAMPLES = 3
 
 # PyTorch's AOTAutograd passes these; aotgrad does not (found by benchmarks/opinfo_sweep.py).
 XFAIL = {
-    # functionalization gaps
-    "linalg.vector_norm": "aotgrad: UnsupportedError: aotgrad cannot compile `aten.pow_.Scalar`: it "
-                          "mutates self and aotgrad knows no functional form of it.",
-    "dist": "aotgrad: UnsupportedError: aotgrad cannot compile `aten.pow_.Scalar`: it mutates self and "
-            "aotgrad knows no functional form of it.",
-    "nn.functional.normalize": "aotgrad: UnsupportedError: aotgrad cannot compile `aten.pow_.Scalar`: "
-                               "it mutates self and aotgrad knows no functional form of it.",
-    "nn.functional.rrelu": "aotgrad: UnsupportedError: aotgrad cannot compile "
-                           "`aten.rrelu_with_noise.default`: it mutates noise and aotgrad knows no "
-                           "functional form of it.",
-    "resize_": "aotgrad: UnsupportedError: aotgrad cannot compile `aten.resize_.default`: it replaces "
-               "a tensor's storage or size in place, which a functional graph cannot express.",
-    "stft": "aotgrad: IndexError: Dimension out of range (expected to be in range of [-2, 1], but got 2)",
 }
 # Samples needed to reach the failing one (the first samples pass).
 XFAIL_SAMPLES = {"linalg.norm": 3, "nn.functional.normalize": 3}

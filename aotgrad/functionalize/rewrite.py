@@ -16,13 +16,14 @@ holds its new value (joint.py put the input there).
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch import fx
 from torch._guards import detect_fake_mode
 
 from aotgrad.errors import UnsupportedError
@@ -81,6 +82,14 @@ class _Functionalizer:
         self.source: fx.Node | None = None   # old node being rewritten (for metadata)
         self.plan = FunctionalizePlan()
         self.placeholder_roots: list[_Root] = []
+        self.order = {node: i for i, node in enumerate(gm.graph.nodes)}
+        self.stale = _metadata_mutated_vals(gm)
+
+    def traced_val(self, node: fx.Node) -> Any:
+        """node's recorded fake value, or None where a later `t_`/`resize_` changed that
+        fake in place (the tracer records live fakes), so it must be recomputed."""
+        val = node.meta.get("val")
+        return None if id(val) in self.stale else val
 
     # -- emitting -----------------------------------------------------------
     def emit(self, op, args: tuple, kwargs: dict | None = None, val=None) -> fx.Node:
@@ -147,6 +156,7 @@ class _Functionalizer:
     def write(self, ref: _Ref, new: fx.Node) -> None:
         """Make `new` the value of the traced tensor `ref`, updating its root."""
         root = ref.root
+        new = self._cast_like(new, ref.val)
         if root.origin == "constant":
             raise UnsupportedError(
                 "aotgrad cannot compile a function that mutates a tensor it did not receive as an "
@@ -162,6 +172,14 @@ class _Functionalizer:
         root.version += 1
         ref.cached, ref.cached_version = new, root.version
         self.plan.num_mutations += 1
+
+    def _cast_like(self, new: fx.Node, like: torch.Tensor) -> fx.Node:
+        """An in-place or out= op keeps its target's dtype: `x.add_(y_double)` computes in
+        float64 and stores into float32 x (FunctionalTensorWrapper::replace_ casts too)."""
+        val = new.meta["val"]
+        if val.dtype == like.dtype:
+            return new
+        return self.emit(aten._to_copy.default, (new,), {"dtype": like.dtype})
 
     def _scatter_through_chain(self, root: _Root, chain: tuple, new: fx.Node) -> fx.Node:
         parents = [root.value]
@@ -224,13 +242,15 @@ class _Functionalizer:
             return self.on_getitem(node)
         if op in rules.METADATA_MUTATIONS:
             return self.on_metadata_mutation(node)
+        if op in rules.RESIZES:
+            return self.on_resize(node)
         if getattr(op, "is_view", False):
             return self.on_view(node)
         if rules.is_mutating(op, node.args, node.kwargs):
             return self.on_mutation(node)
         args, kwargs = pytree.tree_map(self.arg_value, (node.args, node.kwargs))
-        new = self.emit(op, args, kwargs, val=node.meta["val"])
-        self.refs[node] = self._fresh(new, node.meta["val"])
+        new = self.emit(op, args, kwargs, val=self.traced_val(node))
+        self.refs[node] = self._fresh(new, new.meta["val"])
 
     def _fresh(self, new: fx.Node, val: Any) -> Any:
         if isinstance(val, torch.Tensor):
@@ -243,26 +263,29 @@ class _Functionalizer:
         parent, index = node.args
         parent_ref = self.refs[parent]
         if isinstance(parent_ref, _MultiView):
-            ref = _Ref(parent_ref.root, parent_ref.chain + (parent_ref.step_for(index),), node.meta["val"])
-            getitem = self.emit(operator.getitem, (parent_ref.node, index), val=node.meta["val"])
+            val = parent_ref.node.meta["val"][index] if self.traced_val(node) is None else node.meta["val"]
+            ref = _Ref(parent_ref.root, parent_ref.chain + (parent_ref.step_for(index),), val)
+            getitem = self.emit(operator.getitem, (parent_ref.node, index), val=val)
             if parent_ref.version == parent_ref.root.version:
                 ref.cached, ref.cached_version = getitem, parent_ref.version
             self.refs[node] = ref
         elif isinstance(parent_ref, list):  # outputs of a rewritten mutating op
             self.refs[node] = parent_ref[index]
         else:
-            new = self.emit(operator.getitem, (parent_ref, index), val=node.meta["val"])
-            self.refs[node] = self._fresh(new, node.meta["val"])
+            new = self.emit(operator.getitem, (parent_ref, index), val=parent_ref.meta["val"][index])
+            self.refs[node] = self._fresh(new, new.meta["val"])
 
     def on_view(self, node: fx.Node) -> None:
         parent = self.refs[node.args[0]]
         args = tuple(node.args[1:])
         step = ViewStep(node.target, args, tuple(sorted(node.kwargs.items())))
         parent_value = self.value(parent)
+        traced = self.traced_val(node)
         new = self.emit(node.target, (parent_value, *args), dict(node.kwargs),
-                        val=node.meta["val"] if parent_value is parent.cached else None)
+                        val=traced if parent_value is parent.cached else None)
         if isinstance(node.meta["val"], torch.Tensor):
-            ref = _Ref(parent.root, parent.chain + (step,), node.meta["val"])
+            eager = traced if traced is not None else self.fake_run(node.target, (parent.val, *args), node.kwargs)
+            ref = _Ref(parent.root, parent.chain + (step,), eager)
             ref.cached, ref.cached_version = new, parent.root.version
             self.refs[node] = ref
         else:
@@ -272,31 +295,117 @@ class _Functionalizer:
         ref = self.refs[node.args[0]]
         view_op = rules.METADATA_MUTATIONS[node.target]
         ref.chain = ref.chain + (ViewStep(view_op, tuple(node.args[1:]), tuple(sorted(node.kwargs.items()))),)
-        ref.val = node.meta["val"]
+        ref.val = self.fake_run(view_op, (ref.val, *node.args[1:]), node.kwargs)
         ref.cached_version = -1
         self.refs[node] = ref
+
+    def on_resize(self, node: fx.Node) -> None:
+        """`resize_`/`resize_as_`, where a functional graph can say it (as PyTorch's
+        functionalization does): to the same size, a no-op; within the storage, a
+        contiguous `as_strided` view of it; past it, `aten.resize` of a fresh tensor
+        that nothing else views. Anything else is an UnsupportedError."""
+        ref = self.refs[node.args[0]]
+        bound = _bind(node.target, node.args, node.kwargs)
+        if node.target is aten.resize_as_.default:
+            size = list(self.refs[bound["the_template"]].val.shape)
+        else:
+            size = list(bound["size"])
+        memory_format = bound.get("memory_format")
+        self.refs[node] = ref
+        if size == list(ref.val.shape) and (memory_format is None or (
+                memory_format == torch.contiguous_format and ref.val.is_contiguous())):
+            return
+        if memory_format not in (None, torch.contiguous_format) or not all(isinstance(n, int) for n in size):
+            raise self._resize_error(node, "to a non-contiguous memory format or a symbolic size")
+        stride = _contiguous_strides(size)
+        offset = ref.val.storage_offset()
+        capacity = ref.root.val.untyped_storage().nbytes() // ref.val.element_size()
+        if offset + math.prod(size) <= capacity:
+            step = ViewStep(aten.as_strided.default, (size, stride, offset))
+            ref.chain = ref.chain + (step,)
+            ref.val = self.fake_run(aten.as_strided.default, (ref.val, size, stride, offset), {})
+            ref.cached_version = -1
+        elif self._may_grow(ref, node):
+            root = ref.root
+            root.value = self.emit(aten.resize.default, (self.value(ref), size))
+            root.val = ref.val = root.value.meta["val"]
+            root.version += 1
+            ref.cached, ref.cached_version = root.value, root.version
+        else:
+            raise self._resize_error(node, "past its storage while it is a view, an input, or viewed "
+                                           "by another tensor used later")
+
+    def _may_grow(self, ref: _Ref, node: fx.Node) -> bool:
+        """A fresh, contiguous intermediate whose other views are all dead by now."""
+        root = ref.root
+        if ref.chain or root.origin != "intermediate" or not root.val.is_contiguous() or root.val.storage_offset():
+            return False
+        for other, other_ref in self.refs.items():
+            if other_ref is ref or getattr(other_ref, "root", None) is not root:
+                continue
+            if any(self.order.get(user, -1) > self.order[node] for user in other.users):
+                return False
+        return True
+
+    def _resize_error(self, node: fx.Node, case: str) -> UnsupportedError:
+        return UnsupportedError(
+            f"aotgrad cannot compile `{node.target}` {case}: it replaces the tensor's storage in "
+            "place, which a functional graph cannot express. To continue: build a new tensor "
+            "instead (e.g. `torch.empty(size)` or `x.new_empty(size)` rather than `x.resize_(size)`)."
+            + self._where())
 
     def on_mutation(self, node: fx.Node) -> None:
         op = node.target
         rule = rules.mutation_rule(op)
         bound = _bind(op, node.args, node.kwargs)
-        call_args = [self.arg_value(bound[a.name]) for a in op._schema.arguments
-                     if a.name not in rule.drop_args and not a.kwarg_only]
-        call_kwargs = {a.name: self.arg_value(bound[a.name]) for a in op._schema.arguments
-                       if a.name not in rule.drop_args and a.kwarg_only and a.name in bound}
-        result = self.emit(rule.functional, tuple(call_args), call_kwargs)
-        outputs = result.meta["val"]
+        result = self.emit(rule.functional, *self._functional_call(rule, bound))
+        single = len(rule.functional._schema.returns) == 1
+        outputs: dict[int, fx.Node] = {}
+
+        def output(k: int) -> fx.Node:
+            if single:
+                return result
+            if k not in outputs:
+                outputs[k] = self.emit(operator.getitem, (result, k), val=result.meta["val"][k])
+            return outputs[k]
+
         for name, k in rule.mutated:
-            target = self.refs[bound[name]]
-            new = result if k is None else self.emit(operator.getitem, (result, k), val=outputs[k])
-            self.write(target, new)
-        if rule.plain_outputs:
-            plain = [self._fresh(self.emit(operator.getitem, (result, k), val=outputs[k]), outputs[k])
-                     for k in range(rule.plain_outputs)]
-            self.refs[node] = plain
-        else:
-            written = [self.refs[bound[name]] for name, _ in rule.mutated]
-            self.refs[node] = written[0] if len(written) == 1 else written
+            self._write_argument(bound[name], output(k))
+        returned = [self._returned(bound[r]) if isinstance(r, str) else self._fresh(output(r), output(r).meta["val"])
+                    for r in rule.returns]
+        self.refs[node] = returned[0] if len(returned) == 1 else (returned or None)
+
+    def _functional_call(self, rule: rules.MutationRule, bound: dict[str, Any]) -> tuple[tuple, dict]:
+        """The functional op's arguments, by its own schema's names and order."""
+        values = {name: pytree.tree_map(self.arg_value, v) for name, v in bound.items()
+                  if name not in rule.drop_args}
+        if rule.options_from is not None:  # factory out= op: make what `out` holds
+            out = self.refs[bound[rule.options_from]].val
+            values.update(dtype=out.dtype, layout=out.layout, device=out.device)
+        args, kwargs = [], {}
+        for a in rule.functional._schema.arguments:
+            if a.name not in values:
+                continue
+            if a.kwarg_only:
+                kwargs[a.name] = values[a.name]
+            else:
+                args.append(values[a.name])
+        return tuple(args), kwargs
+
+    def _write_argument(self, argument: Any, new: fx.Node) -> None:
+        """Write `new` into a mutated argument: one tensor, or a list (`_foreach_add_`)."""
+        if isinstance(argument, fx.Node):
+            self.write(self.refs[argument], new)
+        elif isinstance(argument, (list, tuple)):
+            values = new.meta["val"]
+            for i, item in enumerate(argument):
+                if item is not None:
+                    self.write(self.refs[item], self.emit(operator.getitem, (new, i), val=values[i]))
+
+    def _returned(self, argument: Any) -> Any:
+        if isinstance(argument, (list, tuple)):
+            return [self.refs[a] for a in argument]
+        return self.refs[argument]
 
 
 class _MultiView:
@@ -321,6 +430,21 @@ def _bind(op, args: tuple, kwargs: dict) -> dict[str, Any]:
         else:
             bound[a.name] = None
     return bound
+
+
+def _metadata_mutated_vals(gm: fx.GraphModule) -> set[int]:
+    """ids of traced fakes that an in-place metadata op (`t_`, `resize_`) changed later."""
+    changes = set(rules.METADATA_MUTATIONS) | rules.RESIZES
+    return {id(node.args[0].meta.get("val")) for node in gm.graph.nodes
+            if node.op == "call_function" and node.target in changes and isinstance(node.args[0], fx.Node)}
+
+
+def _contiguous_strides(size: list[int]) -> list[int]:
+    strides, running = [], 1
+    for n in reversed(size):
+        strides.append(running)
+        running *= max(n, 1)
+    return strides[::-1]
 
 
 def _is_impure(node: fx.Node) -> bool:

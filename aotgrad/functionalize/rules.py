@@ -1,9 +1,11 @@
 """Per-op tables for functionalization, keyed by aten overload.
 
 - `mutation_rule(op)`: how a mutating op becomes a pure one (which functional
-  op, which of its outputs is the new value of which mutated argument).
+  op, which of its outputs is the new value of which mutated argument), derived
+  from the schemas (`pow_.Scalar` -> `pow.Tensor_Scalar`, `add.out` -> `add.Tensor`,
+  `rrelu_with_noise` -> `rrelu_with_noise_functional`); `_SPECIAL` for the rest.
 - `METADATA_MUTATIONS`: in-place ops that change only a tensor's view of its
-  storage (`t_`), and the view op that replays them.
+  storage (`t_`), and the view op that replays them; `RESIZES` (`resize_`).
 - `scatter_step(...)`: for one view step, the op that writes a new value of the
   view back into its parent (`slice` -> `slice_scatter`); None where no exact
   inverse exists (`expand`, `as_strided`, `unfold`), where the caller falls
@@ -11,9 +13,10 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable
+from functools import cache
+from typing import Any
 
 import torch
 
@@ -24,31 +27,27 @@ aten = torch.ops.aten
 
 @dataclass(frozen=True)
 class MutationRule:
-    """`functional(*args)` computes the op without mutation. `mutated[name] = k`:
-    output k (None: the whole result) is the new value of argument `name`;
-    `plain_outputs` outputs are the op's ordinary results."""
+    """`functional(**args)` computes the op without mutation (arguments passed by name).
+
+    `mutated[name] = k`: output k of `functional` is the new value of argument `name`
+    (output 0 of a single-output op is its whole result). `returns[i]` says where the
+    op's own return i comes from: an argument name (in-place and out= ops return the
+    argument they wrote) or an output index of `functional`. Factory out= ops
+    (`zeros.out`) take `options_from`'s dtype, layout and device."""
 
     functional: Any
-    mutated: tuple[tuple[str, int | None], ...]
-    plain_outputs: int
+    mutated: tuple[tuple[str, int], ...]
+    returns: tuple[str | int, ...]
     drop_args: tuple[str, ...] = ()  # out= arguments, not passed to the functional op
+    options_from: str | None = None
 
 
-# Mutating ops whose functional form has another name or extra outputs.
+# Mutating ops that do not say so in their schema, so the derivation cannot see them:
+# native_batch_norm writes its running stats in training.
 _SPECIAL: dict[Any, MutationRule] = {
-    aten._native_batch_norm_legit.default: MutationRule(
-        aten._native_batch_norm_legit_functional.default,
-        (("running_mean", 3), ("running_var", 4)), 3),
-    aten._batch_norm_with_update.default: MutationRule(
-        aten._batch_norm_with_update_functional.default,
-        (("running_mean", 4), ("running_var", 5)), 4),
-    # native_batch_norm writes running stats in training without saying so in its schema.
     aten.native_batch_norm.default: MutationRule(
         aten._native_batch_norm_legit_functional.default,
-        (("running_mean", 3), ("running_var", 4)), 3),
-    aten.normal_.default: MutationRule(aten.normal_functional.default, (("self", None),), 0),
-    aten.bernoulli_.float: MutationRule(aten.bernoulli.p, (("self", None),), 0),
-    aten.bernoulli_.Tensor: MutationRule(aten.bernoulli.Tensor, (("self", None),), 0),
+        (("running_mean", 3), ("running_var", 4)), (0, 1, 2)),
 }
 
 # In-place ops that change metadata only; the view op that replays them.
@@ -62,11 +61,16 @@ METADATA_MUTATIONS = {
     aten.as_strided_.default: aten.as_strided.default,
     aten.swapdims_.default: aten.transpose.int,
     aten.swapaxes_.default: aten.transpose.int,
+    aten.detach_.default: aten.detach.default,
 }
+
+# In-place ops that change a tensor's size and may reallocate its storage; rewrite.py
+# supports the cases a functional graph can express (see `_Functionalizer.on_resize`).
+RESIZES = {aten.resize_.default, aten.resize_as_.default}
 
 _NEVER = {
     aten.set_.source_Tensor, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
-    aten.set_.default, aten.resize_.default, aten.resize_as_.default,
+    aten.set_.source_Tensor_storage_offset, aten.set_.default,
 }
 
 
@@ -92,49 +96,132 @@ def _arg(op, args, kwargs, name):
     raise KeyError(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def mutation_rule(op) -> MutationRule:
-    """How to compute `op` without mutation; raises UnsupportedError if there is no way."""
+    """How to compute `op` without mutation; raises UnsupportedError if there is no way.
+
+    Derived from the schemas, with torchgen's pairing of mutable and functional ops: the
+    functional op takes the same arguments by name and type (out= arguments dropped,
+    order free; factory out= ops gain dtype/layout/device) and returns the op's own
+    results (fresh ones and those written to out=, then out= arguments it does not
+    return), then the new value of each other written argument, in argument order.
+
+        pow_.Scalar(Tensor(a!) self, Scalar exponent) -> pow.Tensor_Scalar:  self := 0
+        add.out(self, other, *, alpha, Tensor(a!) out) -> add.Tensor:          out := 0
+        rrelu_with_noise(self, Tensor(b!) noise, ...) -> Tensor
+            -> rrelu_with_noise_functional -> (Tensor, noise_out):  returns 0; noise := 1
+    """
     if op in _SPECIAL:
         return _SPECIAL[op]
-    if op in _NEVER:
+    if op in _NEVER or op in RESIZES:
         raise UnsupportedError(
             f"aotgrad cannot compile `{op}`: it replaces a tensor's storage or size in place, "
             "which a functional graph cannot express. To continue: build a new tensor instead "
             "(e.g. `x = y.clone()` rather than `x.set_(y)` or `x.resize_(...)`).")
-    written = written_arguments(op)
-    packet_name = op._schema.name.split("::")[-1]
-    overload = op._overloadname
-    namespace = getattr(torch.ops, op.namespace)
-    if packet_name.endswith("_") and written == ["self"]:
-        packet = getattr(namespace, packet_name[:-1], None)
-        if packet is not None and overload in packet.overloads():
-            functional = getattr(packet, overload)
-            if _same_arguments(functional, op, ()):
-                return MutationRule(functional, (("self", None),), 0)
-    if written and all(_is_out_argument(op, name) for name in written):
-        packet = getattr(namespace, packet_name, None)
-        for candidate in (packet.overloads() if packet else ()):
-            functional = getattr(packet, candidate)
-            if functional is op or written_arguments(functional):
-                continue
-            if _same_arguments(functional, op, tuple(written)):
-                mutated = tuple((name, (k if len(written) > 1 else None)) for k, name in enumerate(written))
-                return MutationRule(functional, mutated, 0, drop_args=tuple(written))
+    for functional in _functional_candidates(op):
+        rule = _rule_from_schemas(op, functional)
+        if rule is not None:
+            return rule
     raise UnsupportedError(
-        f"aotgrad cannot compile `{op}`: it mutates {', '.join(written)} and aotgrad knows no functional "
-        "form of it. To continue: use the out-of-place form of the op, or report the op so a rule "
-        "can be added to aotgrad/functionalize/rules.py.")
+        f"aotgrad cannot compile `{op}`: it mutates {', '.join(written_arguments(op))} and aotgrad "
+        "knows no functional form of it. To continue: use the out-of-place form of the op, or "
+        "report the op so a rule can be added to aotgrad/functionalize/rules.py.")
+
+
+def _functional_names(name: str) -> tuple[str, ...]:
+    """Op names that may hold `name`'s functional form, likeliest first."""
+    if name.startswith("__i") and name.endswith("__"):  # __iand__ -> __and__
+        return ("__" + name[3:],)
+    base = name.removesuffix("_")
+    return tuple(dict.fromkeys((base, name, base + "_functional", name + "_functional")))
+
+
+def _functional_candidates(op):
+    """Overloads that may be op's functional form: `name_.x` -> `name.x` first, then the
+    other overloads of `name` and `name_`, then `name_functional`."""
+    namespace = getattr(torch.ops, op.namespace)
+    packets = []
+    for packet_name in _functional_names(op._schema.name.split("::")[-1]):
+        try:
+            packets.append(getattr(namespace, packet_name))
+        except (AttributeError, RuntimeError):  # no such op
+            continue
+    for same_overload in (True, False):
+        for packet in packets:
+            for overload in packet.overloads():
+                if (overload == op._overloadname) == same_overload:
+                    candidate = getattr(packet, overload)
+                    if candidate is not op and _is_functional(candidate):
+                        yield candidate
+
+
+def _is_functional(op) -> bool:
+    """Writes nothing and returns fresh tensors (views like `transpose.int` do not qualify)."""
+    return not written_arguments(op) and all(r.alias_info is None for r in op._schema.returns)
+
+
+_TENSOR_OPTIONS = {"dtype": "Optional[int]", "layout": "Optional[int]", "device": "Optional[Device]",
+                   "pin_memory": "Optional[bool]"}
+
+
+def _rule_from_schemas(op, functional) -> MutationRule | None:
+    written = written_arguments(op)
+    dropped = tuple(name for name in written if _is_out_argument(op, name))
+    options_from = _options_source(op, functional, dropped)
+    if options_from is False:
+        return None
+    own = 0           # outputs of `functional` that are op's own results
+    mutated: list[tuple[str, int]] = []
+    returns: list[str | int] = []
+    for r in op._schema.returns:
+        aliased = _aliased_argument(op, r)
+        if aliased is None or aliased in dropped:
+            if aliased is not None:
+                mutated.append((aliased, own))
+            returns.append(own if aliased is None else aliased)
+            own += 1
+        else:
+            returns.append(aliased)
+    for name in dropped:  # out= arguments the op does not return (`_foreach_add.Scalar_out`)
+        if name not in returns:
+            mutated.append((name, own))
+            own += 1
+    in_place = [name for name in written if name not in dropped]
+    mutated += [(name, own + k) for k, name in enumerate(in_place)]
+    if len(functional._schema.returns) != own + len(in_place):
+        return None
+    return MutationRule(functional, tuple(mutated), tuple(returns), dropped, options_from)
+
+
+def _options_source(op, functional, dropped: tuple[str, ...]):
+    """None if `functional` takes exactly op's arguments; the out= argument whose dtype,
+    layout and device fill a factory's extra TensorOptions; False if they do not match."""
+    have = _argument_types(functional, ())
+    want = _argument_types(op, dropped)
+    if have == want:
+        return None
+    extra = {name: type_ for name, type_ in have.items() if name not in want}
+    if (len(dropped) == 1 and extra and all(_TENSOR_OPTIONS.get(n) == t for n, t in extra.items())
+            and all(have.get(name) == type_ for name, type_ in want.items())):
+        return dropped[0]
+    return False
+
+
+def _aliased_argument(op, ret) -> str | None:
+    if ret.alias_info is None or not ret.alias_info.is_write:
+        return None
+    for a in op._schema.arguments:
+        if a.alias_info is not None and a.alias_info.before_set == ret.alias_info.before_set:
+            return a.name
+    return None
 
 
 def _is_out_argument(op, name: str) -> bool:
     return any(a.name == name and a.kwarg_only for a in op._schema.arguments)
 
 
-def _same_arguments(functional, op, dropped: tuple[str, ...]) -> bool:
-    want = [(a.name, str(a.type)) for a in op._schema.arguments if a.name not in dropped]
-    have = [(a.name, str(a.type)) for a in functional._schema.arguments]
-    return want == have
+def _argument_types(op, dropped: tuple[str, ...]) -> dict[str, str]:
+    return {a.name: str(a.type) for a in op._schema.arguments if a.name not in dropped}
 
 
 # -- views --------------------------------------------------------------------

@@ -21,6 +21,7 @@ Node metadata written here (FX's keys where they exist):
 from __future__ import annotations
 
 import contextlib
+import functools
 import linecache
 import operator
 import os
@@ -218,9 +219,10 @@ class GraphRecorder(TorchDispatchMode):
         fake_args, fake_kwargs = pytree.tree_map(self.fake_of, (args, kwargs))
         out = func(*fake_args, **fake_kwargs)
         self.hidden_writes.update(id(t) for t in _hidden_writes(func, fake_args, fake_kwargs))
-        if self._decomposing:
+        if self._decomposing or _writes_a_list(func):
             # a decomposition runs below the autograd key, so its in-place writes move no
-            # version counter (Inductor's native_batch_norm copy_s into the running stats)
+            # version counter (Inductor's native_batch_norm copy_s into the running stats);
+            # nor do the fake kernels of ops writing a list (`_foreach_add_`, `_fused_adam_`)
             self.hidden_writes.update(id(t) for t in _schema_writes(func, fake_args, fake_kwargs))
         target = recorded_op(func, args, kwargs)
         node = self.graph.create_node("call_function", target, tuple(node_args), node_kwargs,
@@ -301,15 +303,21 @@ class GraphRecorder(TorchDispatchMode):
                         user.meta["seq_nr"] = claimed[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _writes_a_list(func) -> bool:
+    return any(spec.alias_info is not None and spec.alias_info.is_write
+               and isinstance(spec.type, torch.ListType) for spec in func._schema.arguments)
+
+
 def _schema_writes(func, args, kwargs) -> list[torch.Tensor]:
-    """The tensors an op's schema marks as written (`Tensor(a!)`)."""
+    """The tensors an op's schema marks as written (`Tensor(a!)`, `Tensor(a!)[]`)."""
     written = []
     for i, spec in enumerate(func._schema.arguments):
         if spec.alias_info is None or not spec.alias_info.is_write:
             continue
         value = args[i] if i < len(args) and not spec.kwarg_only else kwargs.get(spec.name)
-        if isinstance(value, torch.Tensor):
-            written.append(value)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        written.extend(v for v in values if isinstance(v, torch.Tensor))
     return written
 
 

@@ -1,11 +1,13 @@
 """The functionalize pass: no mutating ops remain, values equal the mutating program's."""
 import torch
-import torch.fx as fx
+from torch import fx
 
+import aotgrad
 from aotgrad.functionalize import functionalize
 from aotgrad.functionalize.rules import written_arguments
 from aotgrad.joint import trace_joint
 from aotgrad.trace import fake_mode_for, to_fake
+from tests.oracle import assert_same_as_eager
 
 
 def _trace(fn, *args):
@@ -68,3 +70,131 @@ def test_out_variant_becomes_functional():
     gm, _ = functionalize(_trace(fn, torch.ones(3)).gm)
     assert _mutating_nodes(gm) == []
     torch.testing.assert_close(gm(torch.ones(3))[0], torch.full((3,), 2.0))
+
+
+# -- in-place ops whose functional twin has another name ---------------------
+
+def test_pow_in_place_in_the_backward_of_vector_norm_matches_eager():
+    # linalg_vector_norm's backward calls aten.pow_.Scalar (functional: pow.Tensor_Scalar)
+    assert_same_as_eager(lambda x: torch.linalg.vector_norm(x, ord=3), [torch.randn(5, requires_grad=True)])
+
+
+def test_in_place_op_on_an_input_with_a_renamed_functional_twin_is_written_back():
+    def fn(x, y):
+        x.pow_(2)
+        y.floor_divide_(torch.full_like(y, 2.0))
+        return x + y
+    assert_same_as_eager(fn, [torch.randn(4), torch.randn(4) * 10])
+
+
+def test_in_place_op_stores_in_the_targets_dtype():
+    def fn(x, y):
+        x.add_(y)                 # computes in float64, stores float32, as eager
+        z = x * 1
+        z.mul_(y)
+        return z
+    assert_same_as_eager(fn, [torch.randn(4), torch.randn(4, dtype=torch.float64)])
+
+
+def test_foreach_in_place_op_writes_every_tensor_of_the_list():
+    def fn(a, b):
+        a, b = a * 1, b * 1
+        torch._foreach_add_([a, b], 1.5)
+        return a.sum() * b, a
+    assert_same_as_eager(fn, [torch.randn(3, requires_grad=True), torch.randn(2)])
+
+
+def test_foreach_in_place_op_on_inputs_writes_both_placeholders():
+    def fn(a, b):
+        torch._foreach_add_([a, b], 1.5)
+        return a.sum() * b
+    gm, plan = functionalize(_trace(fn, torch.randn(3), torch.randn(2)).gm)
+    assert _mutating_nodes(gm) == [] and plan.mutated_placeholders == [0, 1]
+    a, b = torch.randn(3), torch.randn(2)
+    torch.testing.assert_close(gm(a, b)[0], (a + 1.5).sum() * (b + 1.5))
+
+
+def test_factory_out_variant_makes_a_value_of_outs_dtype():
+    def fn(x, buf):
+        torch.arange(4, out=buf)
+        return x + buf
+    assert_same_as_eager(fn, [torch.randn(4), torch.zeros(4, dtype=torch.float64)])
+
+
+# -- rrelu_with_noise: a mutable op with a random draw ------------------------
+
+def test_rrelu_in_training_matches_eager_and_draws_once_in_the_forward():
+    graphs = {}
+
+    def compiler(name):
+        def compile_graph(gm, example_inputs):
+            graphs[name] = gm
+            return gm
+        return compile_graph
+
+    fn = lambda x: torch.nn.functional.rrelu(x, 0.1, 0.5, training=True)
+    x = torch.randn(16, requires_grad=True)
+    assert_same_as_eager(fn, [x])
+    compiled = aotgrad.aot_function(fn, compiler("fw"), compiler("bw"))
+    compiled(x.detach().clone().requires_grad_(True)).sum().backward()
+    targets = {name: [n.target for n in gm.graph.nodes if n.op == "call_function"] for name, gm in graphs.items()}
+    assert targets["fw"].count(torch.ops.aten.rrelu_with_noise_functional.default) == 1
+    assert not any(torch.Tag.nondeterministic_seeded in getattr(t, "tags", ()) for t in targets["bw"])
+
+
+# -- resize_ -----------------------------------------------------------------
+
+def test_resize_to_the_same_size_is_a_no_op():
+    def fn(x, other):
+        x.resize_as_(other)
+        return x + 1
+    assert_same_as_eager(fn, [torch.randn(2, 3), torch.randn(2, 3)])
+
+
+def test_resize_shrinking_a_fresh_tensor_views_its_storage():
+    def fn(x):
+        y = x.clone()
+        y.resize_(2, 2)           # the first 4 elements of y's storage
+        y.add_(1)                 # written through the resized view
+        return y
+    assert_same_as_eager(fn, [torch.randn(2, 3)])
+
+
+def test_resize_of_a_transposed_tensor_reads_storage_order():
+    def fn(x):
+        y = x * 2
+        z = y.t()
+        z.resize_(6)
+        return z, y
+    assert_same_as_eager(fn, [torch.randn(2, 3)])
+
+
+def test_resize_growing_a_fresh_tensor_keeps_its_values():
+    def fn(x):
+        y = x.clone()
+        y.resize_(8)
+        y[4:].fill_(3)            # eager leaves the new elements uninitialized
+        return y
+    assert_same_as_eager(fn, [torch.randn(4)])
+
+
+# -- metadata mutations of intermediates ---------------------------------------
+
+def test_graph_values_record_shapes_from_before_a_later_metadata_mutation():
+    # stft transposes and squeezes its intermediate result in place (transpose_, squeeze_);
+    # the tracer's fakes are live, so the pass recomputes their pre-mutation shapes.
+    def fn(x):
+        return torch.stft(x, 8, window=torch.ones(8), return_complex=True)
+    traced = _trace(fn, torch.randn(32))
+    gm, _ = functionalize(traced.gm)
+    real = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n):
+            real[n] = super().run_node(n)
+            return real[n]
+    Recorder(gm).run(torch.randn(32))
+    for node, value in real.items():
+        if isinstance(value, torch.Tensor):
+            assert tuple(node.meta["val"].shape) == tuple(value.shape), node.format_node()
+    assert_same_as_eager(fn, [torch.randn(32, requires_grad=True)])
