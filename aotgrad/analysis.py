@@ -32,10 +32,11 @@ class InputState:
     size: tuple
     stride: tuple
     storage_offset: int
+    requires_grad: bool
 
     @staticmethod
     def of(t: torch.Tensor) -> "InputState":
-        return InputState(t._version, t.grad_fn, tuple(t.shape), t.stride(), t.storage_offset())
+        return InputState(t._version, t.grad_fn, tuple(t.shape), t.stride(), t.storage_offset(), t.requires_grad)
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,11 @@ class InputInfo:
     requires_grad: bool
     is_leaf: bool
     mutates_data: bool
-    mutates_metadata: bool
+    mutates_metadata: bool  # sizes, strides, storage offset or requires_grad changed in place
     mutation_visible_to_autograd: bool  # False for mutations done under no_grad
+    # eager bumps the input's version counter (not when written only through `.data`
+    # or by BatchNorm's running-stat update)
+    bumps_version: bool = True
 
 
 class OutputKind(enum.Enum):
@@ -100,10 +104,25 @@ class ForwardAnalysis:
     forward_outputs: list[torch.Tensor] = field(default_factory=list)  # fresh outputs, then bases
     num_fresh_user_outputs: int = 0
     forward_output_strides: list[tuple] = field(default_factory=list)
+    # forward outputs made leaves requiring grad inside the function (`nn.Parameter(...)`,
+    # `t.requires_grad_()`): returned as leaves, as in eager, not as outputs of the Function
+    leaf_outputs: list[int] = field(default_factory=list)
 
     @property
     def mutated_inputs(self) -> list[InputInfo]:
         return [i for i in self.inputs if i.mutates_data]
+
+
+def overlaps_itself(t: torch.Tensor) -> bool:
+    """Do two elements of t share one memory location? (exact for the usual layouts: sorting
+    dims by stride, each stride must reach past everything the smaller dims span)."""
+    dims = sorted((d for d in range(t.dim()) if t.shape[d] > 1), key=lambda d: abs(t.stride(d)))
+    extent = 1
+    for d in dims:
+        if abs(t.stride(d)) < extent:
+            return True
+        extent += abs(t.stride(d)) * (t.shape[d] - 1)
+    return False
 
 
 def _from_custom_function(t: torch.Tensor) -> bool:
@@ -115,15 +134,23 @@ def _storage(t: torch.Tensor) -> StorageWeakRef:
 
 
 def analyse_inputs(values: Sequence[torch.Tensor], before: Sequence[InputState],
-                   is_leaf: Sequence[bool], hidden_writes: set[int] = frozenset()) -> list[InputInfo]:
+                   is_leaf: Sequence[bool], written_storages: set = frozenset(),
+                   unbumped_storages: set = frozenset()) -> list[InputInfo]:
     infos = []
     for i, (t, state) in enumerate(zip(values, before)):
         after = InputState.of(t)
-        mutates_data = after.version != state.version or id(t) in hidden_writes
-        mutates_metadata = (after.size, after.stride, after.storage_offset) != (
+        storage = _storage(t)
+        bumps_version = after.version != state.version or storage in unbumped_storages
+        mutates_data = bumps_version or storage in written_storages
+        # requires_grad may turn on through a write of a value that requires grad (eager's
+        # CopyBackwards, replayed by the write-back); `detach_` / `requires_grad_` are not replayed
+        autograd_flag_changed = after.requires_grad != state.requires_grad and not (
+            after.requires_grad and t.grad_fn is not None)
+        mutates_metadata = autograd_flag_changed or (after.size, after.stride, after.storage_offset) != (
             state.size, state.stride, state.storage_offset)
         visible = mutates_data and t.requires_grad and t.grad_fn is not state.grad_fn
-        infos.append(InputInfo(i, t.requires_grad, is_leaf[i], mutates_data, mutates_metadata, visible))
+        infos.append(InputInfo(i, t.requires_grad, is_leaf[i], mutates_data, mutates_metadata, visible,
+                               bumps_version))
     return infos
 
 
@@ -268,4 +295,10 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
                 infos[k] = _with_replay(info, outs[k], output_nodes, forward_outputs, node_of)
     return ForwardAnalysis(
         inputs=[], outputs=infos, forward_outputs=forward_outputs, num_fresh_user_outputs=num_fresh,
-        forward_output_strides=[t.stride() for t in forward_outputs])
+        forward_output_strides=[t.stride() for t in forward_outputs],
+        leaf_outputs=[j for j, t in enumerate(forward_outputs) if is_new_leaf(t)])
+
+
+def is_new_leaf(t: torch.Tensor) -> bool:
+    """A leaf that requires grad: for a traced value that is not an input, made inside."""
+    return t.requires_grad and t.grad_fn is None and t._base is None

@@ -106,8 +106,19 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     with_grad = set(traced.tangent_sources) | set(traced.backward_errors)
     differentiable = [j in with_grad for j in range(traced.num_forward_outputs)]
     plan = RuntimePlan(forward, backward, traced.num_forward_outputs, len(fakes), traced.tangent_sources,
-                       traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors)
+                       traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors,
+                       _inputs_to_detach(traced))
     return TrainingRuntime(plan, epilogue), fw_gm, bw_gm
+
+
+def _inputs_to_detach(traced: TracedJoint) -> tuple[int, ...]:
+    """Inputs that require grad but get none: passed to the Function detached, so its
+    backward node has no edge to them (eager's engine never runs their grad_fn). One input
+    stays attached if all are gradless, so the outputs still require grad as in eager."""
+    gradless = traced.gradless_inputs
+    if len(gradless) == len(traced.grad_inputs):
+        gradless = gradless[1:]
+    return tuple(gradless)
 
 
 # -- keys --------------------------------------------------------------------

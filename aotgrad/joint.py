@@ -22,7 +22,8 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from aotgrad.analysis import ForwardAnalysis, InputInfo, InputState, analyse_inputs, analyse_outputs
+from aotgrad.analysis import (ForwardAnalysis, InputInfo, InputState, analyse_inputs, analyse_outputs,
+                              is_new_leaf, overlaps_itself)
 from aotgrad.errors import UnsupportedError, reject_sparse_outputs, translate_trace_error
 from aotgrad.trace import GraphRecorder
 
@@ -41,10 +42,11 @@ class TracedJoint:
     # forward output index -> eager's error, for mutated inputs whose backward autograd cannot
     # run (it reads a value the mutation overwrote); raised only if a gradient reaches them
     backward_errors: dict[int, str] = field(default_factory=dict)
+    gradless_inputs: list[int] = field(default_factory=list)  # require grad, but the backward gives None
 
 
 def _is_differentiable(t: torch.Tensor) -> bool:
-    return t.requires_grad and (t.is_floating_point() or t.is_complex())
+    return t.requires_grad and not is_new_leaf(t) and (t.is_floating_point() or t.is_complex())
 
 
 def _dense_strides(t: torch.Tensor) -> tuple:
@@ -78,23 +80,13 @@ def _non_leaf_like(leaf: torch.Tensor) -> torch.Tensor:
     """
     if leaf.storage_offset() == 0 and _non_overlapping_and_dense(leaf):
         return leaf.clone()
-    if _overlaps_itself(leaf):
+    if overlaps_itself(leaf):
         return leaf
     storage = torch.empty(leaf.untyped_storage().nbytes() // leaf.element_size(), dtype=leaf.dtype,
                           device=leaf.device)
     value = storage.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset()).detach()  # not a view
     value.copy_(leaf)
     return value
-
-
-def _overlaps_itself(t: torch.Tensor) -> bool:
-    dims = sorted((d for d in range(t.dim()) if t.shape[d] > 1), key=lambda d: abs(t.stride(d)))
-    extent = 1  # elements spanned by the dims so far
-    for d in dims:
-        if abs(t.stride(d)) < extent:
-            return True
-        extent = abs(t.stride(d)) * (t.shape[d] - 1) + extent
-    return False
 
 
 def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], trace_backward: bool):
@@ -143,9 +135,11 @@ def _reject_metadata_mutations(inputs: Sequence[InputInfo], fn_name: str) -> Non
     for info in inputs:
         if info.mutates_metadata:
             raise UnsupportedError(
-                f"aotgrad cannot compile `{fn_name}`: it changes the shape or strides of input {info.index} "
-                "in place (e.g. `x.t_()`, `x.resize_()`); the compiled code cannot do that to the caller's "
-                "tensor. To continue: return the reshaped tensor instead of mutating the input's metadata.")
+                f"aotgrad cannot compile `{fn_name}`: it changes the shape, strides or requires_grad of "
+                f"input {info.index} in place (e.g. `x.t_()`, `x.resize_()`, `x.detach_()`, "
+                "`x.requires_grad_()`); the compiled code cannot do that to the caller's tensor. To continue: "
+                "return the new tensor (`x.t()`, `x.detach()`) instead of changing the input's metadata, or "
+                "do it outside the compiled function.")
 
 
 def _reraise(e: Exception, fn_name: str, in_backward: bool):
@@ -176,7 +170,8 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
         grad_mode_after = torch.is_grad_enabled()
         torch.set_grad_enabled(grad_mode)
 
-    inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.hidden_writes)
+    inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.written_storages,
+                            recorder.unbumped_storages)
     _reject_metadata_mutations(inputs, fn_name)  # before the outputs: their grad_fns would replay views
     reject_sparse_outputs(outs, recorder.node_of, fn_name)
     analysis = analyse_outputs(values, outs, recorder.node_of)
@@ -187,7 +182,7 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
     forward_outputs = analysis.forward_outputs + [values[i] for i in mutated]
     graph_outputs: list[Any] = list(forward_outputs)
 
-    tangent_sources, tangent_strides, grad_inputs, backward_errors = [], [], [], {}
+    tangent_sources, tangent_strides, grad_inputs, backward_errors, gradless_inputs = [], [], [], {}, []
     if trace_backward:
         differentiable = [
             j for j, t in enumerate(forward_outputs)
@@ -222,6 +217,7 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
             finally:
                 recorder.in_backward = False
         graph_outputs += list(grads)
+        gradless_inputs = [i for i, g in zip(grad_inputs, grads) if g is None]
 
     recorder.graph.output(tuple(recorder.node_of(o) if o is not None else None for o in graph_outputs))
     root = torch.nn.Module()
@@ -229,4 +225,4 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
         setattr(root, name, value)
     gm = fx.GraphModule(root, recorder.graph)
     return TracedJoint(gm, analysis, len(primals), len(forward_outputs), tangent_sources, tangent_strides,
-                       grad_inputs, grad_mode_after, trace_backward, backward_errors)
+                       grad_inputs, grad_mode_after, trace_backward, backward_errors, gradless_inputs)

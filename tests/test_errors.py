@@ -30,8 +30,19 @@ def test_nonzero_is_rejected_with_the_workaround():
 
 
 def test_metadata_mutation_of_an_input_is_rejected():
-    with pytest.raises(UnsupportedError, match="changes the shape or strides of input 0"):
+    with pytest.raises(UnsupportedError, match="changes the shape, strides or requires_grad of input 0"):
         aotgrad.aot_function(lambda x: x.t_(), aotgrad.nop)(torch.randn(4, 2))
+
+
+@pytest.mark.parametrize("change", ["detach_", "requires_grad_"])
+def test_changing_an_inputs_requires_grad_in_place_is_rejected(change):
+    def fn(a):
+        out = a.sin()
+        getattr(a, change)()
+        return out
+    x = torch.randn(3, requires_grad=change == "detach_")
+    with pytest.raises(UnsupportedError, match="requires_grad of input 0 in place"):
+        aotgrad.aot_function(fn, aotgrad.nop)(x)
 
 
 def test_metadata_mutation_of_an_intermediate_matches_eager():

@@ -26,6 +26,7 @@ import torch.utils._pytree as pytree
 from torch import fx
 from torch._guards import detect_fake_mode
 
+from aotgrad.analysis import overlaps_itself
 from aotgrad.errors import UnsupportedError
 from aotgrad.functionalize import rules
 from aotgrad.trace.tracer import op_name
@@ -157,6 +158,16 @@ class _Functionalizer:
         """Make `new` the value of the traced tensor `ref`, updating its root."""
         root = ref.root
         new = self._cast_like(new, ref.val)
+        if overlaps_itself(ref.val):
+            val = ref.val
+            eager = ("unsupported operation: more than one element of the written-to tensor refers to a "
+                     "single memory location. " if 0 in val.stride() else "")  # eager's own check, for stride 0
+            raise UnsupportedError(
+                f"{eager}aotgrad cannot compile an in-place write to a tensor of shape {tuple(val.shape)} and "
+                f"strides {tuple(val.stride())} whose elements overlap in memory (from `unfold`, "
+                "`as_strided` or `expand`): eager writes each shared element once per alias, which a "
+                "functional graph cannot express. To continue: `.clone()` the tensor before writing to it."
+                + self._where())
         if root.origin == "constant":
             raise UnsupportedError(
                 "aotgrad cannot compile a function that mutates a tensor it did not receive as an "
@@ -195,7 +206,8 @@ class _Functionalizer:
     def _scatter_as_strided(self, root: _Root, ref: _Ref, new: fx.Node) -> fx.Node:
         self._check_same_layout(root, "write through an expanded or strided view of")
         view = ref.val
-        offset = view.storage_offset() - root.val.storage_offset()
+        # as_strided_scatter reads the offset as absolute in its input's storage
+        offset = view.storage_offset() - root.val.storage_offset() + root.value.meta["val"].storage_offset()
         return self.emit(aten.as_strided_scatter.default,
                          (root.value, new, list(view.shape), list(view.stride()), offset))
 

@@ -83,7 +83,8 @@ def written_arguments(op) -> list[str]:
 
 def is_mutating(op, args: tuple = (), kwargs: dict | None = None) -> bool:
     if op is aten.native_batch_norm.default:
-        return bool(_arg(op, args, kwargs or {}, "training")) and _arg(op, args, kwargs or {}, "running_mean") is not None
+        kwargs = kwargs or {}
+        return bool(_arg(op, args, kwargs, "training")) and _arg(op, args, kwargs, "running_mean") is not None
     return bool(written_arguments(op))
 
 

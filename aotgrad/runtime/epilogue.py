@@ -21,12 +21,15 @@ class WriteBack:
     input_index: int
     slot: int
     visible_to_autograd: bool
+    bumps_version: bool = True  # False: written as eager did, through `.data` (no version bump)
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> None:
         new = outs[self.slot]
         target = inputs[self.input_index]
         if self.visible_to_autograd and torch.is_grad_enabled():
             target.copy_(new)
+        elif not self.bumps_version:
+            target.data.copy_(new)
         else:
             with torch.no_grad():
                 target.copy_(new)
@@ -58,10 +61,7 @@ class RebuildOutput:
     def run(self, inputs, outs, built: list) -> Any:
         kind = self.kind
         if kind is OutputKind.FRESH:
-            out = outs[self.index]
-            if self.requires_grad and not out.requires_grad and out.is_leaf:
-                out.requires_grad_(True)  # e.g. an nn.Parameter built inside the function
-            return out
+            return outs[self.index]
         if kind is OutputKind.INPUT:
             return inputs[self.index]
         if kind is OutputKind.SAME_AS_OUTPUT:
@@ -97,11 +97,13 @@ class Epilogue:
     write_backs: list[WriteBack] = field(default_factory=list)
     outputs: list[RebuildOutput] = field(default_factory=list)
     grad_mode_after: bool | None = None
+    leaf_outputs: list[int] = field(default_factory=list)
 
     @staticmethod
     def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool) -> "Epilogue":
         first_mutation_slot = len(analysis.forward_outputs)
-        write_backs = [WriteBack(info.index, first_mutation_slot + k, info.mutation_visible_to_autograd)
+        write_backs = [WriteBack(info.index, first_mutation_slot + k, info.mutation_visible_to_autograd,
+                                 info.bumps_version)
                        for k, info in enumerate(analysis.mutated_inputs)]
         outputs = []
         for info in analysis.outputs:
@@ -112,11 +114,13 @@ class Epilogue:
                                          info.storage_offset, info.requires_grad, base_stride, info.value,
                                          info.replay))
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
-        return Epilogue(write_backs, outputs, changed)
+        return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs))
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
         for step in self.write_backs:
             step.run(inputs, outs)
+        for j in self.leaf_outputs:
+            outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
         built: list[Any] = []
         for step in self.outputs:
             built.append(step.run(inputs, outs, built))

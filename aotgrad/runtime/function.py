@@ -32,6 +32,7 @@ class RuntimePlan:
     grad_inputs: list[int]
     differentiable: list[bool]  # per forward output: can a gradient flow into it
     backward_errors: dict[int, str] = field(default_factory=dict)  # output -> eager's error if a grad comes
+    detached_inputs: tuple[int, ...] = ()  # require grad but get none: no edge to them
 
 
 def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple) -> torch.Tensor:
@@ -110,7 +111,13 @@ class TrainingRuntime:
         self.plan, self.epilogue = plan, epilogue
 
     def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        outs = CompiledFunction.apply(self.plan, *args)
+        if self.plan.detached_inputs:
+            applied = list(args)
+            for i in self.plan.detached_inputs:
+                applied[i] = applied[i].detach()
+            outs = CompiledFunction.apply(self.plan, *applied)
+        else:
+            outs = CompiledFunction.apply(self.plan, *args)
         return self.epilogue.run(args, outs)
 
 

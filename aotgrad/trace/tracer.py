@@ -33,6 +33,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
 
 from aotgrad.trace.grad_mode_ops import recorded_op
@@ -71,8 +72,7 @@ def user_stack_trace(frame=None, depth: int = 2) -> str | None:
 
 def _hidden_writes(func, args, kwargs) -> list:
     """Tensors an op writes although its schema does not say so (native_batch_norm
-    updates running stats in training). Their version counters do not move, as in
-    eager, so the recorder lists them for the analysis."""
+    updates running stats in training; their version counters do not move, as in eager)."""
     if func is aten.native_batch_norm.default:
         training = args[5] if len(args) > 5 else kwargs.get("training")
         if training:
@@ -105,7 +105,12 @@ class GraphRecorder(TorchDispatchMode):
         self.user_node: fx.Node | None = None  # node of the torch.compile graph being run
         self.forward_nodes_by_seq_nr: dict[int, fx.Node] = {}
         self._last_placeholder: fx.Node | None = None
-        self.hidden_writes: set[int] = set()  # ids of tensors written without a version bump
+        # storages the forward wrote: version counters miss writes inside decompositions
+        # (below the autograd key), by list-writing fake kernels (`_foreach_add_`), through
+        # `.data` (its own counter) and BatchNorm's running stats (not in its schema)
+        self.written_storages: set[StorageWeakRef] = set()
+        # the subset whose version counters eager bumps but fake kernels do not (list writes)
+        self.unbumped_storages: set[StorageWeakRef] = set()
         # forward nodes whose autograd nodes are not known yet: (node, tensors to look at)
         self._unresolved: list[tuple[fx.Node, list[torch.Tensor]]] = []
         self._first_seq_nr: int | None = None  # autograd nodes older than the trace are not ours
@@ -197,6 +202,8 @@ class GraphRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _NOT_RECORDED:
             return func(*args, **kwargs)
+        if func is aten.copy_.default and args[0] is args[1]:
+            return args[0]  # eager returns at once: copying a tensor to itself is a no-op
         if not self.in_backward and not getattr(func, "is_view", False):
             # not on view ops: autograd replays views while it holds a view's lock
             # (regenerating its grad_fn after an in-place write), and reading that
@@ -218,12 +225,12 @@ class GraphRecorder(TorchDispatchMode):
         node_args, node_kwargs = pytree.tree_map(self.node_of, (args, kwargs))
         fake_args, fake_kwargs = pytree.tree_map(self.fake_of, (args, kwargs))
         out = func(*fake_args, **fake_kwargs)
-        self.hidden_writes.update(id(t) for t in _hidden_writes(func, fake_args, fake_kwargs))
-        if self._decomposing or _writes_a_list(func):
-            # a decomposition runs below the autograd key, so its in-place writes move no
-            # version counter (Inductor's native_batch_norm copy_s into the running stats);
-            # nor do the fake kernels of ops writing a list (`_foreach_add_`, `_fused_adam_`)
-            self.hidden_writes.update(id(t) for t in _schema_writes(func, fake_args, fake_kwargs))
+        if not self.in_backward and (_written_arguments(func) or func is aten.native_batch_norm.default):
+            targets = _schema_writes(func, fake_args, fake_kwargs) + _hidden_writes(func, fake_args, fake_kwargs)
+            written = [StorageWeakRef(t.untyped_storage()) for t in targets]
+            self.written_storages.update(written)
+            if any(is_list for *_, is_list in _written_arguments(func)):
+                self.unbumped_storages.update(written)
         target = recorded_op(func, args, kwargs)
         node = self.graph.create_node("call_function", target, tuple(node_args), node_kwargs,
                                       name=op_name(func))
@@ -304,18 +311,20 @@ class GraphRecorder(TorchDispatchMode):
 
 
 @functools.lru_cache(maxsize=None)
-def _writes_a_list(func) -> bool:
-    return any(spec.alias_info is not None and spec.alias_info.is_write
-               and isinstance(spec.type, torch.ListType) for spec in func._schema.arguments)
+def _written_arguments(func) -> tuple:
+    """(position, name, kwarg_only, is_list) of each argument the op's schema marks as written."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return ()
+    return tuple((i, spec.name, spec.kwarg_only, isinstance(spec.type, torch.ListType))
+                 for i, spec in enumerate(func._schema.arguments)
+                 if spec.alias_info is not None and spec.alias_info.is_write)
 
 
 def _schema_writes(func, args, kwargs) -> list[torch.Tensor]:
     """The tensors an op's schema marks as written (`Tensor(a!)`, `Tensor(a!)[]`)."""
     written = []
-    for i, spec in enumerate(func._schema.arguments):
-        if spec.alias_info is None or not spec.alias_info.is_write:
-            continue
-        value = args[i] if i < len(args) and not spec.kwarg_only else kwargs.get(spec.name)
+    for i, name, kwarg_only, _ in _written_arguments(func):
+        value = args[i] if i < len(args) and not kwarg_only else kwargs.get(name)
         values = value if isinstance(value, (list, tuple)) else [value]
         written.extend(v for v in values if isinstance(v, torch.Tensor))
     return written

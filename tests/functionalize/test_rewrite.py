@@ -132,7 +132,8 @@ def test_rrelu_in_training_matches_eager_and_draws_once_in_the_forward():
             return gm
         return compile_graph
 
-    fn = lambda x: torch.nn.functional.rrelu(x, 0.1, 0.5, training=True)
+    def fn(x):
+        return torch.nn.functional.rrelu(x, 0.1, 0.5, training=True)
     x = torch.randn(16, requires_grad=True)
     assert_same_as_eager(fn, [x])
     compiled = aotgrad.aot_function(fn, compiler("fw"), compiler("bw"))
