@@ -294,3 +294,65 @@ def test_foreach_in_place_on_inputs_is_written_back():
         return a * b
     assert_same_as_eager(fn, [torch.randn(3), torch.randn(3)])
     assert_same_as_eager(fn, [torch.randn(3, requires_grad=True) * 1, torch.randn(3)])
+
+
+# -- cases the fuzzer found (tests/fuzz/regressions/ has the shrunk programs) --
+
+def test_write_through_dot_data_reaches_the_input():
+    def fn(a):
+        a.data.mul_(2)
+        return a + 1
+    assert_same_as_eager(fn, [torch.randn(3)])
+    x = torch.randn(3)
+    aotgrad.aot_function(fn, aotgrad.nop)(x)
+    assert x._version == 0  # eager's `.data` write does not bump the version either
+
+
+def test_write_through_expand_of_an_input_with_a_storage_offset():
+    def fn(a):
+        a.expand(3, 4).mul_(2)
+        return a * 1
+    base, expected_base = torch.randn(4, 4), None
+    expected_base = base.clone()
+    fn(expected_base[1:])
+    aotgrad.aot_function(fn, aotgrad.nop)(base[1:])
+    torch.testing.assert_close(base, expected_base)
+
+
+def test_copy_of_an_expanded_view_to_itself_is_a_no_op():
+    def fn(a):
+        v = a.expand(3, 3)
+        v.copy_(v)
+        return v * 1
+    assert_same_as_eager(fn, [torch.randn(1, 3)])
+
+
+def test_in_place_write_to_a_self_overlapping_view_is_rejected():
+    def fn(a):
+        a.unfold(0, 2, 1).add_(0.5)
+        return a
+    with pytest.raises(aotgrad.errors.UnsupportedError, match="overlap in memory"):
+        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3))
+
+
+def test_leaf_made_inside_the_function_is_returned_as_a_leaf():
+    def fn(a):
+        return torch.ones_like(a).requires_grad_(), a * 2
+    leaf, _ = aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(2, requires_grad=True))
+    assert leaf.is_leaf and leaf.requires_grad and leaf.grad_fn is None
+    leaf.sum().backward()
+    torch.testing.assert_close(leaf.grad, torch.ones(2))
+
+
+def test_backward_does_not_reach_an_input_that_gets_no_gradient():
+    def fn(a, b):
+        unused = a - b  # noqa: F841  (b gets no gradient)
+        return a * 3
+
+    for f in (fn, aotgrad.aot_function(fn, aotgrad.nop)):
+        leaf = torch.randn((), requires_grad=True)
+        x = leaf * 1
+        b = x.sin()
+        x.mul_(2)  # b's grad_fn saved the old x: running it would fail
+        f(leaf * 1, b).backward()
+        torch.testing.assert_close(leaf.grad, torch.tensor(3.0))
