@@ -16,6 +16,7 @@ holds its new value (joint.py put the input there).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import fx
 from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import disable_fake_tensor_cache
 
 from aotgrad.analysis import overlaps_itself
 from aotgrad.errors import UnsupportedError
@@ -105,7 +107,13 @@ class _Functionalizer:
 
     def fake_run(self, op, args, kwargs):
         fake_args, fake_kwargs = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
-        with self.fake_mode, torch.no_grad():
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.fake_mode)
+            stack.enter_context(torch.no_grad())
+            if op is aten.as_strided_scatter.default:
+                # the fake-tensor cache's key ignores the input's storage offset, which this
+                # op's output keeps (and later as_strided offsets are read from it)
+                stack.enter_context(disable_fake_tensor_cache(self.fake_mode))
             return op(*fake_args, **fake_kwargs)
 
     # -- reading ------------------------------------------------------------

@@ -139,9 +139,11 @@ class GraphRecorder(TorchDispatchMode):
         try:
             if len(self._isolation) == 1:
                 self._resolve_autograd_nodes()
-            return super().__exit__(exc_type, exc_value, traceback)
-        finally:
-            self._isolation.pop().close()
+        finally:  # leave the dispatch stack even if that fails: a mode left pushed breaks every later call
+            try:
+                super().__exit__(exc_type, exc_value, traceback)
+            finally:
+                self._isolation.pop().close()
 
     # -- graph inputs -------------------------------------------------------
     def placeholder(self, name: str, value: Any) -> fx.Node:
