@@ -125,6 +125,16 @@ def overlaps_itself(t: torch.Tensor) -> bool:
     return False
 
 
+def is_dense_layout(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Do these strides describe a dense, non-overlapping layout (a permutation of contiguous)?"""
+    expected = 1
+    for size, st in sorted(zip(shape, stride), key=lambda p: p[1]):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _from_custom_function(t: torch.Tensor) -> bool:
     return isinstance(t.grad_fn, torch.autograd.function.BackwardCFunction)
 

@@ -23,7 +23,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from aotgrad.analysis import (ForwardAnalysis, InputInfo, InputState, analyse_inputs, analyse_outputs,
-                              is_new_leaf, overlaps_itself)
+                              is_dense_layout, is_new_leaf, overlaps_itself)
 from aotgrad.errors import UnsupportedError, reject_sparse_outputs, translate_trace_error
 from aotgrad.trace import GraphRecorder
 
@@ -51,23 +51,13 @@ def _is_differentiable(t: torch.Tensor) -> bool:
 
 def _dense_strides(t: torch.Tensor) -> tuple:
     """t's strides if they describe a dense, non-overlapping layout; else contiguous ones."""
-    if _non_overlapping_and_dense(t):
+    if is_dense_layout(t.shape, t.stride()):
         return tuple(t.stride())
     strides, expected = [], 1
     for size in reversed(t.shape):
         strides.append(expected)
         expected *= max(int(size), 1)
     return tuple(reversed(strides))
-
-
-def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
-    dims = sorted((d for d in range(t.dim()) if t.shape[d] != 1), key=lambda d: t.stride(d))
-    expected = 1
-    for d in dims:
-        if t.stride(d) != expected:
-            return False
-        expected *= t.shape[d]
-    return True
 
 
 def _non_leaf_like(leaf: torch.Tensor) -> torch.Tensor:
@@ -78,7 +68,7 @@ def _non_leaf_like(leaf: torch.Tensor) -> torch.Tensor:
     fresh storage of the same size with the same layout (not a view of it); an overlapping one (an expanded input)
     cannot be written anyway, so the leaf itself stands in for it.
     """
-    if leaf.storage_offset() == 0 and _non_overlapping_and_dense(leaf):
+    if leaf.storage_offset() == 0 and is_dense_layout(leaf.shape, leaf.stride()):
         return leaf.clone()
     if overlaps_itself(leaf):
         return leaf

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from aotgrad.errors import UnsupportedError
+from aotgrad.trace.tracer import written_argument_specs
 
 aten = torch.ops.aten
 
@@ -75,10 +76,7 @@ _NEVER = {
 
 
 def written_arguments(op) -> list[str]:
-    schema = getattr(op, "_schema", None)
-    if schema is None:
-        return []
-    return [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    return [name for _, name, _, _ in written_argument_specs(op)]
 
 
 def is_mutating(op, args: tuple = (), kwargs: dict | None = None) -> bool:

@@ -54,7 +54,7 @@ class RebuildOutput:
     stride: tuple = ()
     storage_offset: int = 0
     requires_grad: bool = False
-    base_stride: tuple = ()
+    base_stride: tuple | None = None  # set when the view reads absolute offsets of a forward output
     value: Any = None
     replay: tuple[ViewStep, ...] | None = None
 
@@ -75,8 +75,7 @@ class RebuildOutput:
             return self._view(base)
 
     def _view(self, base: torch.Tensor) -> torch.Tensor:
-        absolute = self.replay is None or any(s.op is torch.ops.aten.as_strided.default for s in self.replay)
-        if absolute and self.kind is OutputKind.ALIAS_OF_OUTPUT and not _same_layout(base, self.base_stride):
+        if self.base_stride is not None and not _same_layout(base, self.base_stride):
             raise RuntimeError(
                 f"aotgrad: an output is a view of a compiled-graph output whose strides "
                 f"{tuple(base.stride())} differ from the traced ones {self.base_stride}; "
@@ -107,8 +106,9 @@ class Epilogue:
                        for k, info in enumerate(analysis.mutated_inputs)]
         outputs = []
         for info in analysis.outputs:
-            base_stride = ()
-            if info.kind is OutputKind.ALIAS_OF_OUTPUT:
+            base_stride = None
+            absolute = info.replay is None or any(s.op is torch.ops.aten.as_strided.default for s in info.replay)
+            if info.kind is OutputKind.ALIAS_OF_OUTPUT and absolute:
                 base_stride = tuple(analysis.forward_output_strides[info.index])
             outputs.append(RebuildOutput(info.kind, info.index, info.size, tuple(info.stride),
                                          info.storage_offset, info.requires_grad, base_stride, info.value,

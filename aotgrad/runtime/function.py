@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from aotgrad.analysis import is_dense_layout
 from aotgrad.runtime.epilogue import Epilogue
 
 DOUBLE_BACKWARD_MESSAGE = (
@@ -40,7 +41,7 @@ def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple) -> to
     shape, dtype, device = meta
     if grad is None:
         return torch.zeros(shape, dtype=dtype, device=device).as_strided(shape, stride) \
-            if _is_dense(shape, stride) else torch.zeros(shape, dtype=dtype, device=device)
+            if is_dense_layout(shape, stride) else torch.zeros(shape, dtype=dtype, device=device)
     if tuple(grad.stride()) == tuple(stride) or grad.numel() <= 1:
         return grad
     dense = torch.empty_strided(grad.shape, stride, dtype=grad.dtype, device=grad.device)
@@ -83,15 +84,6 @@ class CompiledFunction(torch.autograd.Function):
         for k, i in enumerate(plan.grad_inputs):
             input_grads[i] = results[k]
         return (None, *input_grads)
-
-
-def _is_dense(shape, stride) -> bool:
-    expected = 1
-    for size, st in sorted(zip(shape, stride), key=lambda p: p[1]):
-        if size != 1 and st != expected:
-            return False
-        expected *= size
-    return True
 
 
 class _BackwardOnce(torch.autograd.Function):

@@ -17,7 +17,7 @@ def fake_mode_for(example_inputs: Sequence[Any]) -> FakeTensorMode:
     """The fake mode of the example inputs if they are fake, else a fresh one.
 
     A fresh mode's tensors raise on `data_ptr()` (PyTorch's default only warns), as
-    the fake modes of torch.compile and make_fx do: tracing cannot answer it."""
+    torch.compile's fake mode does: tracing cannot answer it."""
     mode = detect_fake_mode(list(example_inputs))
     if mode is not None:
         return mode

@@ -227,11 +227,11 @@ class GraphRecorder(TorchDispatchMode):
         node_args, node_kwargs = pytree.tree_map(self.node_of, (args, kwargs))
         fake_args, fake_kwargs = pytree.tree_map(self.fake_of, (args, kwargs))
         out = func(*fake_args, **fake_kwargs)
-        if not self.in_backward and (_written_arguments(func) or func is aten.native_batch_norm.default):
+        if not self.in_backward and (written_argument_specs(func) or func is aten.native_batch_norm.default):
             targets = _schema_writes(func, fake_args, fake_kwargs) + _hidden_writes(func, fake_args, fake_kwargs)
             written = [StorageWeakRef(t.untyped_storage()) for t in targets]
             self.written_storages.update(written)
-            if any(is_list for *_, is_list in _written_arguments(func)):
+            if any(is_list for *_, is_list in written_argument_specs(func)):
                 self.unbumped_storages.update(written)
         target = recorded_op(func, args, kwargs)
         node = self.graph.create_node("call_function", target, tuple(node_args), node_kwargs,
@@ -240,7 +240,7 @@ class GraphRecorder(TorchDispatchMode):
         self._annotate(node, func)
         self._bind_outputs(node, out)
         if not self.in_backward:
-            self._unresolved.append((node, _tensors_to_inspect(func, args, out)))
+            self._unresolved.append((node, _tensors_to_inspect(func, args, kwargs, out)))
         return out
 
     def _bind_outputs(self, node: fx.Node, out: Any) -> None:
@@ -313,7 +313,7 @@ class GraphRecorder(TorchDispatchMode):
 
 
 @functools.lru_cache(maxsize=None)
-def _written_arguments(func) -> tuple:
+def written_argument_specs(func) -> tuple:
     """(position, name, kwarg_only, is_list) of each argument the op's schema marks as written."""
     if not isinstance(func, torch._ops.OpOverload):
         return ()
@@ -325,20 +325,18 @@ def _written_arguments(func) -> tuple:
 def _schema_writes(func, args, kwargs) -> list[torch.Tensor]:
     """The tensors an op's schema marks as written (`Tensor(a!)`, `Tensor(a!)[]`)."""
     written = []
-    for i, name, kwarg_only, _ in _written_arguments(func):
+    for i, name, kwarg_only, _ in written_argument_specs(func):
         value = args[i] if i < len(args) and not kwarg_only else kwargs.get(name)
         values = value if isinstance(value, (list, tuple)) else [value]
         written.extend(v for v in values if isinstance(v, torch.Tensor))
     return written
 
 
-def _tensors_to_inspect(func, args, out) -> list[torch.Tensor]:
+def _tensors_to_inspect(func, args, kwargs, out) -> list[torch.Tensor]:
     """Where the autograd node(s) of an op show: the base of a view it wrote in place
     (CopySlices), then its outputs (in-place and out= ops return the written tensor)."""
     outputs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-    written = [a for a, arg in zip(args, func._schema.arguments)
-               if arg.alias_info is not None and arg.alias_info.is_write and isinstance(a, torch.Tensor)]
-    bases = [a._base for a in written if a._is_view()]
+    bases = [a._base for a in _schema_writes(func, args, kwargs) if a._is_view()]
     return bases + outputs
 
 
