@@ -136,7 +136,10 @@ def is_dense_layout(shape: Sequence[int], stride: Sequence[int]) -> bool:
 
 
 def _from_custom_function(t: torch.Tensor) -> bool:
-    return isinstance(t.grad_fn, torch.autograd.function.BackwardCFunction)
+    try:
+        return isinstance(t.grad_fn, torch.autograd.function.BackwardCFunction)
+    except RuntimeError:  # eager's "A view was created in no_grad mode ...": a view, not a Function's output
+        return False
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef:
@@ -185,6 +188,32 @@ def recorded_views(node: fx.Node, stops: dict[fx.Node, int]) -> tuple[int, tuple
     return stops[node], tuple(reversed(steps))
 
 
+def _is_leaf_view(out: torch.Tensor) -> bool:
+    """Does this view require grad without a grad_fn: made a leaf in place (`v.requires_grad_()`
+    on a view of a tensor that does not require grad, or on `.data`), or taken under no_grad
+    from one that does (where replaying `requires_grad_()` changes nothing)?"""
+    if not out.requires_grad:
+        return False
+    try:
+        return out.grad_fn is None
+    except RuntimeError:  # a no_grad view whose base changed: eager's error on reading it
+        return True
+
+
+class _MakeLeaf:
+    """`t.requires_grad_()`, replayed after the view ops of an output that the function made
+    a leaf requiring grad (`v = a.view(-1); v.requires_grad_()`, `a` not requiring grad)."""
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        return t.requires_grad_()
+
+    def __repr__(self) -> str:
+        return "requires_grad_"
+
+
+MAKE_LEAF = ViewStep(_MakeLeaf(), ())
+
+
 def _view_facts(t: torch.Tensor) -> tuple:
     return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.is_conj(), t.is_neg()
 
@@ -208,8 +237,15 @@ def _with_replay(info: OutputInfo, out: torch.Tensor, bases: dict[fx.Node, int],
     reproduces `out`, provided `as_strided` on the base can (same dtype, no conj/neg bit)."""
     found = recorded_views(node_of(out), bases)
     if found is not None and _replays_to(found[1], base_values[found[0]], out):
-        return dataclasses.replace(info, index=found[0], replay=found[1])
+        made_leaf = (MAKE_LEAF,) if _is_leaf_view(out) else ()
+        return dataclasses.replace(info, index=found[0], replay=found[1] + made_leaf)
     base = base_values[info.index]
+    if _is_leaf_view(out) and not base.requires_grad:
+        from aotgrad.errors import UnsupportedError
+        raise UnsupportedError(
+            "aotgrad cannot rebuild an output that is a view made a leaf requiring grad (`v.requires_grad_()`) "
+            "when the view ops that made it were not all recorded. To continue: return `.clone()` of the "
+            "view before making it require grad.")
     if (out.dtype, out.is_conj(), out.is_neg()) != (base.dtype, base.is_conj(), base.is_neg()):
         from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
@@ -217,6 +253,10 @@ def _with_replay(info: OutputInfo, out: torch.Tensor, bases: dict[fx.Node, int],
             f"neg={out.is_neg()}) that views a tensor of dtype {base.dtype}: the view ops that made it "
             "were not all recorded. To continue: return `.clone()` of that output.")
     return info
+
+
+def _made_by_view_op(t: torch.Tensor, node_of: Callable | None) -> bool:
+    return node_of is not None and getattr(getattr(node_of(t), "target", None), "is_view", False)
 
 
 def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
@@ -267,13 +307,15 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
 
     # Fresh outputs: alone in their storage and not a view. Otherwise the group
     # is rebuilt from one base: an output that is not a view (one that requires
-    # grad first), or else the intermediate `._base` of the views.
+    # grad first, then one not made by an aliasing op such as `detach`, which has
+    # no `._base`), or else the intermediate `._base` of the views.
     bases: dict[StorageWeakRef, torch.Tensor] = {}
     for storage, users in storage_users.items():
         members = [outs[k] for k in users]
         if len(members) == 1 and members[0]._base is None:
             continue
-        owners = sorted((t for t in members if t._base is None), key=lambda t: not t.requires_grad)
+        owners = sorted((t for t in members if t._base is None),
+                        key=lambda t: (not t.requires_grad, _made_by_view_op(t, node_of)))
         bases[storage] = owners[0] if owners else members[0]._base
     for storage, users in storage_users.items():
         base = bases.get(storage)

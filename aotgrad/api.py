@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 
 from aotgrad.errors import MutatedAliasedInputsError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
-from aotgrad.joint import TracedJoint, trace_joint
+from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
 from aotgrad.partition.graphs import copy_saved_aliases
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
@@ -87,15 +87,15 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     fake_mode = fake_mode_for(example_args)
     fakes = [to_fake(fake_mode, a) for a in example_args]
     grad_mode = torch.is_grad_enabled()
-    needs_grad = grad_mode and any(f.requires_grad for f in fakes)
-    traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=needs_grad,
-                         decompositions=options.decompositions, fn_name=fn_name)
+    traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and any(
+        f.requires_grad for f in fakes), decompositions=options.decompositions, fn_name=fn_name,
+                         inner_leaf_grads=True)
     _reject_unsupported(traced, fakes, fn_name)
     gm, fplan = functionalize(traced.gm)
     options.stages = [f"trace: {len(traced.gm.graph.nodes)} nodes", str(fplan)]
     log.debug("aotgrad %s\n%s", fn_name, "\n".join(options.stages))
     epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after)
-    if not needs_grad:
+    if not traced.traced_backward:
         compiler = options.inference_compiler or options.fw_compiler
         return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None
     partition_fn = options.partition_fn or default_partition
@@ -105,10 +105,25 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     backward = (options.bw_compiler or options.fw_compiler)(bw_gm, _placeholder_vals(bw_gm))
     with_grad = set(traced.tangent_sources) | set(traced.backward_errors)
     differentiable = [j in with_grad for j in range(traced.num_forward_outputs)]
-    plan = RuntimePlan(forward, backward, traced.num_forward_outputs, len(fakes), traced.tangent_sources,
+    plan = RuntimePlan(forward, backward, traced.num_forward_outputs, traced.num_primals, traced.tangent_sources,
                        traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors,
                        _inputs_to_detach(traced))
-    return TrainingRuntime(plan, epilogue), fw_gm, bw_gm
+    runtime = TrainingRuntime(plan, epilogue)
+    if traced.inner_leaves:
+        runtime = WithInnerLeaves(runtime, traced.inner_leaves)
+    return runtime, fw_gm, bw_gm
+
+
+@dataclass
+class WithInnerLeaves:
+    """Runs a training runtime with a fresh stand-in for each leaf the function makes itself
+    (`InnerLeaf`) after the caller's inputs, so their grads accumulate there as in eager."""
+
+    runtime: TrainingRuntime
+    inner_leaves: list[InnerLeaf]
+
+    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        return self.runtime([*args, *(leaf.stand_in() for leaf in self.inner_leaves)])
 
 
 def _inputs_to_detach(traced: TracedJoint) -> tuple[int, ...]:
@@ -155,10 +170,15 @@ class SyntheticBase:
 
     before: fn(a, b) with a = base[0:2], b = base[1:3], a mutated
     after:  fn'(base) = fn(base.as_strided([2], [1], 0), base.as_strided([2], [1], 1))
+
+    An output that is one of the rebuilt inputs itself (`return (a,)`) is the caller's
+    tensor in eager, not a new view: `returned_inputs`, learnt while tracing, says which,
+    and `run` hands back the caller's tensors there.
     """
 
     group: list[int]                       # positions among the unique inputs
     views: list[tuple]                     # (size, stride, storage_offset) of each, absolute
+    returned_inputs: dict[int, int] = field(default_factory=dict)  # flat output -> unique input it is
 
     @staticmethod
     def of(unique: Sequence[torch.Tensor], group: list[int], error: Exception) -> "SyntheticBase":
@@ -172,6 +192,12 @@ class SyntheticBase:
         unique = [tensors[i] for i in keep]
         return [t for i, t in enumerate(unique) if i not in self.group] + [_base_of(unique[self.group[0]])]
 
+    def run(self, runtime: Callable, tensors: Sequence[torch.Tensor], keep: Sequence[int]) -> list:
+        outs = runtime(self.inputs(tensors, keep))
+        for k, i in self.returned_inputs.items():
+            outs[k] = tensors[keep[i]]
+        return outs
+
     def wrap(self, flat_fn: Callable) -> Callable:
         group, views = self.group, self.views
 
@@ -179,7 +205,10 @@ class SyntheticBase:
             base, rest = args[-1], iter(args[:-1])
             n = len(args) - 1 + len(group)
             rebuilt = {i: base.as_strided(*view) for i, view in zip(group, views)}
-            return flat_fn(*[rebuilt[i] if i in rebuilt else next(rest) for i in range(n)])
+            outs = flat_fn(*[rebuilt[i] if i in rebuilt else next(rest) for i in range(n)])
+            self.returned_inputs = {k: i for k, out in enumerate(outs) for i, view in rebuilt.items()
+                                    if out is view}
+            return outs
         return with_views
 
 
@@ -204,7 +233,7 @@ class AotFunction:
         if synthetic_base is None:
             outs = runtime([tensors[i] for i in keep])
         else:
-            outs = runtime(synthetic_base.inputs(tensors, keep))
+            outs = synthetic_base.run(runtime, tensors, keep)
         return pytree.tree_unflatten(outs, out_spec[0])
 
     def precompile(self, *args, **kwargs) -> None:

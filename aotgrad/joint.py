@@ -12,6 +12,11 @@ recorder, so the backward ops are recorded with the forward op they
 differentiate. With `trace_joint=False` only the forward is traced (the
 inference graph). Views and in-place ops are still in the graph; the
 functionalize stage removes them.
+
+Inner leaves: a leaf requiring grad that fn makes itself (`torch.ones(3).requires_grad_()`)
+gets gradients in eager from every output computed from it. For the runtime, each one a
+gradient can reach becomes one more primal after fn's own (an `InnerLeaf`: the runtime
+passes a fresh stand-in leaf there), with its grad among the grads.
 """
 from __future__ import annotations
 
@@ -21,11 +26,44 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
 
-from aotgrad.analysis import (ForwardAnalysis, InputInfo, InputState, analyse_inputs, analyse_outputs,
+from aotgrad.analysis import (ForwardAnalysis, InputInfo, InputState, OutputKind, analyse_inputs, analyse_outputs,
                               is_dense_layout, is_new_leaf, overlaps_itself)
 from aotgrad.errors import UnsupportedError, reject_sparse_outputs, translate_trace_error
 from aotgrad.trace import GraphRecorder
+
+
+@dataclass(frozen=True)
+class InnerLeaf:
+    """A leaf requiring grad made inside the traced function, that a gradient reaches.
+
+    The compiled Function takes a stand-in for it (a fresh leaf laid out like it) as one
+    more input, after the caller's, and the backward returns the leaf's grad there, so
+    `out.backward()` works and accumulates where eager's does. If the function returns the
+    leaf (or views of it), the stand-in is returned, holding the leaf's value.
+    """
+
+    size: tuple
+    stride: tuple
+    storage_offset: int
+    storage_size: int  # elements
+    dtype: torch.dtype
+    device: torch.device
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "InnerLeaf":
+        return InnerLeaf(tuple(t.shape), tuple(t.stride()), t.storage_offset(),
+                         t.untyped_storage().nbytes() // t.element_size(), t.dtype, t.device)
+
+    def stand_in(self) -> torch.Tensor:
+        """A fresh leaf laid out like the inner leaf (a leaf view, `torch.ones(4)[1:]`, keeps its offset)."""
+        if self.storage_offset == 0 and is_dense_layout(self.size, self.stride):
+            value = torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device)
+        else:
+            storage = torch.empty(self.storage_size, dtype=self.dtype, device=self.device)
+            value = storage.as_strided(self.size, self.stride, self.storage_offset).detach()  # not a view
+        return value.requires_grad_()
 
 
 @dataclass
@@ -43,6 +81,7 @@ class TracedJoint:
     # run (it reads a value the mutation overwrote); raised only if a gradient reaches them
     backward_errors: dict[int, str] = field(default_factory=dict)
     gradless_inputs: list[int] = field(default_factory=list)  # require grad, but the backward gives None
+    inner_leaves: list[InnerLeaf] = field(default_factory=list)  # primals after fn's own, in order
 
 
 def _is_differentiable(t: torch.Tensor) -> bool:
@@ -86,6 +125,12 @@ def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], t
     differentiate with respect to it. If the real input is not a leaf, the
     code sees a hidden clone of that leaf: in-place ops on non-leaf inputs are
     legal in eager, and the clone keeps them legal without entering the graph.
+
+    A primal that does not require grad is traced as a `detach()` of the fake input
+    (same storage, not recorded), so what the code does to its autograd state in place
+    (`b.copy_(a)` makes `b` require grad) stays off the fake input itself: torch.compile's
+    fake mode hands back that same fake for the same real tensor when the graph is traced
+    again (with a synthetic base, say), and it must come back as the caller's tensor was.
     """
     leaves, values = [], []
     for i, p in enumerate(primals):
@@ -93,6 +138,9 @@ def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], t
             with recorder.fake_mode, torch.enable_grad():
                 leaf = p.detach().requires_grad_(True)
                 value = leaf if p.is_leaf else _non_leaf_like(leaf)
+        elif not p.requires_grad:
+            with recorder.fake_mode:
+                leaf = value = p.detach()
         else:
             leaf = value = p
         node = recorder.placeholder(f"primals_{i + 1}", value)
@@ -139,80 +187,170 @@ def _reraise(e: Exception, fn_name: str, in_backward: bool):
     raise translated from e
 
 
-def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: FakeTensorMode,
-                trace_backward: bool, decompositions: dict | None = None,
-                fn_name: str = "fn", outputs_as_returned: bool = False) -> TracedJoint:
-    """Trace fn's forward, and its backward if `trace_backward`, into one graph.
+def _grad_fn(t: torch.Tensor) -> Any:
+    """t.grad_fn, or None where reading it raises, as eager does for a view made under no_grad
+    whose base was then modified (nothing can backpropagate through it)."""
+    try:
+        return t.grad_fn
+    except RuntimeError:
+        return None
 
-    With `outputs_as_returned` (export), the forward outputs are fn's tensor outputs
-    exactly as returned, aliases included, instead of the runtime's choice.
-    """
-    recorder = GraphRecorder(fake_mode, decompositions)
-    leaves, values = _prepare_primals(recorder, primals, trace_backward)
-    before = [InputState.of(v) for v in values]
+
+def _inner_leaves(roots: Sequence[torch.Tensor], known: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaves requiring grad that autograd reaches from `roots`, other than `known` (the
+    primals' leaves): those the traced function made itself, in the order met."""
+    known_ids = {id(t) for t in known}
+    found: dict[int, torch.Tensor] = {}
+    seen: set = set()
+    stack = [_grad_fn(t) for t in roots if t.requires_grad]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)  # AccumulateGrad: the end of the path to a leaf
+        if leaf is None:
+            stack.extend(fn for fn, _ in node.next_functions)
+        elif id(leaf) not in known_ids:
+            found.setdefault(id(leaf), leaf)
+    return list(found.values())
+
+
+def _inner_leaf_info(index: int, leaf: torch.Tensor, analysis: ForwardAnalysis, primals: Sequence[torch.Tensor],
+                     fn_name: str) -> InputInfo:
+    """The inner leaf as the primal its stand-in is: "mutated" (its value written into the
+    stand-in after the forward, unseen by autograd) when the function returns it or a view
+    of it. Raises if such an output could not be rebuilt from the stand-in: the leaf shares
+    memory with an input (`x.detach().requires_grad_()`), or an output in its memory is not
+    reached from it by recorded view ops (`y.detach().requires_grad_()`, `y` returned)."""
+    observed = [info for info in analysis.outputs
+                if info.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT) and info.index == index]
+    storage = StorageWeakRef(leaf.untyped_storage())
+    if observed and (any(StorageWeakRef(p.untyped_storage()) == storage for p in primals)
+                     or any(info.kind is OutputKind.ALIAS_OF_INPUT and info.replay is None for info in observed)):
+        raise UnsupportedError(
+            f"aotgrad cannot compile `{fn_name}`: it makes a leaf that requires grad from the memory of another "
+            "tensor (e.g. `y.detach().requires_grad_()`), computes outputs from that leaf, and returns it or "
+            "the other tensor; the compiled code gives such a leaf memory of its own, so the two would no "
+            "longer share it. To continue: make the leaf from a copy (`y.detach().clone().requires_grad_()`), "
+            "or make it outside the function and pass it in.")
+    return InputInfo(index, requires_grad=True, is_leaf=True, mutates_data=bool(observed), mutates_metadata=False,
+                     mutation_visible_to_autograd=False, bumps_version=False)
+
+
+@dataclass
+class _TracedBackward:
+    tangent_sources: list[int] = field(default_factory=list)
+    tangent_strides: list[tuple] = field(default_factory=list)
+    grad_inputs: list[int] = field(default_factory=list)
+    grads: list[Any] = field(default_factory=list)
+    backward_errors: dict[int, str] = field(default_factory=dict)
+    gradless_inputs: list[int] = field(default_factory=list)
+
+
+def _trace_backward(recorder: GraphRecorder, analysis: ForwardAnalysis, forward_outputs: Sequence[torch.Tensor],
+                    targets: dict[int, torch.Tensor], fn_name: str) -> _TracedBackward:
+    """Tangent placeholders for the differentiable forward outputs, then autograd's backward
+    from them to `targets` (primal index -> the leaf standing for it), recorded."""
+    fake_mode = recorder.fake_mode
+    n_user, mutated = len(analysis.forward_outputs), [info.index for info in analysis.mutated_inputs]
+    differentiable = [
+        j for j, t in enumerate(forward_outputs)
+        if _is_differentiable(t)
+        and (j < n_user or analysis.inputs[mutated[j - n_user]].mutation_visible_to_autograd)]
+    result = _TracedBackward(grad_inputs=list(targets))
+    leaves = list(targets.values())
+    result.backward_errors = _backward_errors(forward_outputs, [j for j in differentiable if j >= n_user],
+                                              leaves, fake_mode)
+    differentiable = [j for j in differentiable if j not in result.backward_errors]
+    tangents = []
+    for n, j in enumerate(differentiable):
+        out = forward_outputs[j]
+        stride = _dense_strides(out)
+        with fake_mode:
+            tangent = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
+        recorder.placeholder(f"tangents_{n + 1}", tangent)
+        tangents.append(tangent)
+        result.tangent_sources.append(j)
+        result.tangent_strides.append(stride)
+    result.grads = [None] * len(leaves)
+    if differentiable and leaves:
+        recorder.in_backward = True
+        try:
+            with fake_mode, recorder:
+                result.grads = list(torch.autograd.grad(
+                    [forward_outputs[j] for j in differentiable], leaves, tangents, allow_unused=True))
+        except Exception as e:
+            _reraise(e, fn_name, in_backward=True)
+        finally:
+            recorder.in_backward = False
+    result.gradless_inputs = [i for i, g in zip(result.grad_inputs, result.grads) if g is None]
+    return result
+
+
+def _run_forward(recorder: GraphRecorder, fn: Callable, values: Sequence[torch.Tensor], fn_name: str):
+    """fn(*values) under the recorder; its flat outputs and the grad mode it leaves behind
+    (restored to the caller's here)."""
     grad_mode = torch.is_grad_enabled()
     try:
-        with fake_mode, recorder:
+        with recorder.fake_mode, recorder:
             outs = list(fn(*values))
     except Exception as e:
         _reraise(e, fn_name, in_backward=False)
     finally:
         grad_mode_after = torch.is_grad_enabled()
         torch.set_grad_enabled(grad_mode)
+    return outs, grad_mode_after
+
+
+def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: FakeTensorMode,
+                trace_backward: bool, decompositions: dict | None = None,
+                fn_name: str = "fn", outputs_as_returned: bool = False,
+                inner_leaf_grads: bool = False) -> TracedJoint:
+    """Trace fn's forward, and its backward if `trace_backward`, into one graph.
+
+    With `outputs_as_returned` (export), the forward outputs are fn's tensor outputs
+    exactly as returned, aliases included, instead of the runtime's choice. With
+    `inner_leaf_grads` (the runtime), leaves fn makes itself get grads (`InnerLeaf`), and
+    the backward is traced when grad mode is on and a gradient reaches one, even if no
+    input requires grad.
+    """
+    recorder = GraphRecorder(fake_mode, decompositions)
+    leaves, values = _prepare_primals(recorder, primals, trace_backward)
+    before = [InputState.of(v) for v in values]
+    outs, grad_mode_after = _run_forward(recorder, fn, values, fn_name)
 
     inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.written_storages,
                             recorder.unbumped_storages)
     _reject_metadata_mutations(inputs, fn_name)  # before the outputs: their grad_fns would replay views
     reject_sparse_outputs(outs, recorder.node_of, fn_name)
+    inner: list[torch.Tensor] = []
+    if inner_leaf_grads and torch.is_grad_enabled():
+        roots = [o for o in outs if isinstance(o, torch.Tensor)] + [values[i.index] for i in inputs if i.mutates_data]
+        inner = _inner_leaves(roots, leaves)
+        trace_backward = trace_backward or bool(inner)
+    values = [*values, *inner]
     analysis = analyse_outputs(values, outs, recorder.node_of)
     if outputs_as_returned:
         analysis.forward_outputs = [o for o in outs if isinstance(o, torch.Tensor)]
-    analysis.inputs = inputs
-    mutated = [info.index for info in analysis.mutated_inputs]
-    forward_outputs = analysis.forward_outputs + [values[i] for i in mutated]
-    graph_outputs: list[Any] = list(forward_outputs)
+    analysis.inputs = inputs + [_inner_leaf_info(len(primals) + k, leaf, analysis, values[:len(primals)], fn_name)
+                                for k, leaf in enumerate(inner)]
+    for k, leaf in enumerate(inner):
+        with fake_mode:
+            recorder.placeholder(f"primals_{len(primals) + k + 1}", InnerLeaf.of(leaf).stand_in())
+    forward_outputs = analysis.forward_outputs + [values[info.index] for info in analysis.mutated_inputs]
 
-    tangent_sources, tangent_strides, grad_inputs, backward_errors, gradless_inputs = [], [], [], {}, []
+    backward = _TracedBackward()
     if trace_backward:
-        differentiable = [
-            j for j, t in enumerate(forward_outputs)
-            if _is_differentiable(t)
-            and (j < len(analysis.forward_outputs)
-                 or analysis.inputs[mutated[j - len(analysis.forward_outputs)]].mutation_visible_to_autograd)
-        ]
-        grad_inputs = [i for i, p in enumerate(primals) if p.requires_grad]
-        backward_errors = _backward_errors(forward_outputs, differentiable[len(analysis.forward_outputs):],
-                                           [leaves[i] for i in grad_inputs], fake_mode)
-        differentiable = [j for j in differentiable if j not in backward_errors]
-        tangents = []
-        for n, j in enumerate(differentiable):
-            out = forward_outputs[j]
-            stride = _dense_strides(out)
-            with fake_mode:
-                tangent = torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
-            recorder.placeholder(f"tangents_{n + 1}", tangent)
-            tangents.append(tangent)
-            tangent_sources.append(j)
-            tangent_strides.append(stride)
-        grads: Sequence[Any] = [None] * len(grad_inputs)
-        if differentiable and grad_inputs:
-            recorder.in_backward = True
-            try:
-                with fake_mode, recorder:
-                    grads = torch.autograd.grad(
-                        [forward_outputs[j] for j in differentiable], [leaves[i] for i in grad_inputs],
-                        tangents, allow_unused=True)
-            except Exception as e:
-                _reraise(e, fn_name, in_backward=True)
-            finally:
-                recorder.in_backward = False
-        graph_outputs += list(grads)
-        gradless_inputs = [i for i, g in zip(grad_inputs, grads) if g is None]
-
+        targets = {i: leaves[i] for i, p in enumerate(primals) if p.requires_grad}
+        targets.update({len(primals) + k: leaf for k, leaf in enumerate(inner)})
+        backward = _trace_backward(recorder, analysis, forward_outputs, targets, fn_name)
+    graph_outputs = [*forward_outputs, *backward.grads]
     recorder.graph.output(tuple(recorder.node_of(o) if o is not None else None for o in graph_outputs))
     root = torch.nn.Module()
     for name, value in recorder.constants.items():
         setattr(root, name, value)
     gm = fx.GraphModule(root, recorder.graph)
-    return TracedJoint(gm, analysis, len(primals), len(forward_outputs), tangent_sources, tangent_strides,
-                       grad_inputs, grad_mode_after, trace_backward, backward_errors, gradless_inputs)
+    return TracedJoint(gm, analysis, len(values), len(forward_outputs), backward.tangent_sources,
+                       backward.tangent_strides, backward.grad_inputs, grad_mode_after, trace_backward,
+                       backward.backward_errors, backward.gradless_inputs, [InnerLeaf.of(t) for t in inner])

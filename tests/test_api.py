@@ -344,6 +344,71 @@ def test_leaf_made_inside_the_function_is_returned_as_a_leaf():
     torch.testing.assert_close(leaf.grad, torch.ones(2))
 
 
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_leaf_made_inside_the_function_gets_the_grads_of_outputs_computed_from_it(requires_grad):
+    def fn(a):
+        leaf = torch.ones_like(a).requires_grad_()
+        return leaf, a * leaf, leaf[1:]
+
+    a = torch.randn(3, requires_grad=requires_grad)
+    leaf, product, view = aotgrad.aot_function(fn, aotgrad.nop)(a)
+    assert leaf.is_leaf and product.requires_grad and view._base is leaf
+    (product.sum() + view.sum()).backward()
+    torch.testing.assert_close(leaf.grad, a.detach() + torch.tensor([0.0, 1.0, 1.0]))
+
+
+def test_output_of_a_leaf_made_inside_requires_grad_when_no_input_does():
+    def fn(a):
+        return a - torch.ones_like(a).requires_grad_()
+
+    assert_same_as_eager(fn, [torch.randn(3)])
+    with torch.no_grad():  # no grad mode, no graph: as in eager
+        assert not aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3)).requires_grad
+
+
+def test_leaf_made_inside_from_an_inputs_memory_and_returned_is_rejected():
+    def fn(a):
+        leaf = a.detach().requires_grad_()
+        return leaf, leaf * 2
+
+    with pytest.raises(aotgrad.errors.UnsupportedError, match="from the memory of another tensor"):
+        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3))
+
+
+def test_output_sharing_memory_with_its_detached_copy_keeps_its_own_autograd_state():
+    # torch.compile graph breaks at requires_grad_(): the first graph returns (x.detach(), x);
+    # x must not be rebuilt as a view of the detached output, which the caller then changes
+    def fn(a):
+        x = a * 2
+        return x.detach(), x
+
+    detached, x = aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3))
+    detached.requires_grad_()
+    assert not x.requires_grad
+
+
+def test_view_of_an_input_made_a_leaf_inside_is_returned_as_a_leaf():
+    def fn(a):
+        v = a.view(1, -1)
+        v.requires_grad_()
+        return v
+
+    assert_same_as_eager(fn, [torch.randn(3)])
+    out = aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3))
+    assert out.is_leaf and out.requires_grad
+
+
+def test_input_returned_unchanged_with_a_synthetic_base_is_the_callers_tensor():
+    def fn(a, b):
+        b.mul_(2)
+        return a, b
+
+    base = torch.randn(4)
+    a, b = base[:3], base[1:]
+    out_a, out_b = aotgrad.aot_function(fn, aotgrad.nop)(a, b)
+    assert out_a is a and out_b is b
+
+
 def test_backward_does_not_reach_an_input_that_gets_no_gradient():
     def fn(a, b):
         unused = a - b  # noqa: F841  (b gets no gradient)

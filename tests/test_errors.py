@@ -150,3 +150,14 @@ def test_mutating_overlapping_views_of_one_base_matches_eager():
     out = aotgrad.aot_function(fn, aotgrad.nop)(base[:3], base[1:])
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(base, expected_base)
+
+
+def test_writing_into_an_expanded_input_is_rejected():
+    def fn(a):
+        a[0] = 1.5
+        return a * 2
+
+    with pytest.raises(UnsupportedError, match=r"input of shape \(2, 3\) and strides \(0, 1\) whose elements overlap") \
+            as raised:
+        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3).expand(2, 3))
+    assert "a[0] = 1.5" in str(raised.value), "names the user's line"

@@ -176,6 +176,15 @@ class _Functionalizer:
                 "`as_strided` or `expand`): eager writes each shared element once per alias, which a "
                 "functional graph cannot express. To continue: `.clone()` the tensor before writing to it."
                 + self._where())
+        if root.origin == "input" and overlaps_itself(root.val):
+            # e.g. `a[0] = 1` on `a = l0.expand(2, 3)`: eager's write shows in every row; the
+            # functional value of `a` has its rows apart, and copying it back into `a` raises
+            raise UnsupportedError(
+                f"aotgrad cannot compile an in-place write into an input of shape {tuple(root.val.shape)} "
+                f"and strides {tuple(root.val.stride())} whose elements overlap in memory (an `expand`ed "
+                "tensor): eager's write shows in every element that shares the memory, which the compiled "
+                "code cannot express. To continue: pass the tensor it was expanded from and expand inside, "
+                "or pass a `.clone()`." + self._where())
         if root.origin == "constant":
             raise UnsupportedError(
                 "aotgrad cannot compile a function that mutates a tensor it did not receive as an "

@@ -204,13 +204,14 @@ class GraphRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _NOT_RECORDED:
             return func(*args, **kwargs)
-        if func is aten.copy_.default and args[0] is args[1]:
-            return args[0]  # eager returns at once: copying a tensor to itself is a no-op
         if not self.in_backward and not getattr(func, "is_view", False):
             # not on view ops: autograd replays views while it holds a view's lock
             # (regenerating its grad_fn after an in-place write), and reading that
-            # view's grad_fn here would wait for the lock forever
+            # view's grad_fn here would wait for the lock forever. Before any op that
+            # may write (even `a.copy_(a)`, which bumps `a`'s version): see there
             self._resolve_autograd_nodes()
+        if func is aten.copy_.default and args[0] is args[1]:
+            return args[0]  # eager returns at once: copying a tensor to itself is a no-op
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             self._decomposing += 1
@@ -240,7 +241,10 @@ class GraphRecorder(TorchDispatchMode):
         self._annotate(node, func)
         self._bind_outputs(node, out)
         if not self.in_backward:
-            self._unresolved.append((node, _tensors_to_inspect(func, args, kwargs, out)))
+            tensors = _tensors_to_inspect(func, args, kwargs, out)
+            if not torch.is_grad_enabled():  # see _resolve_autograd_nodes: views written under no_grad
+                tensors = [t for t in tensors if not t._is_view()]
+            self._unresolved.append((node, tensors))
         return out
 
     def _bind_outputs(self, node: fx.Node, out: Any) -> None:
@@ -291,6 +295,19 @@ class GraphRecorder(TorchDispatchMode):
         autograd.Function's forward claims the Function's node (its output's grad_fn).
         Called before each forward op (the previous op's autograd work is then done) and
         when recording stops.
+
+        Reading `grad_fn` must not make autograd regenerate a view's grad_fn: that happens
+        when the view's version moved since autograd last set it, and here, below the
+        autograd key, the regenerated node would come out empty (PyTorch's "new_fn INTERNAL
+        ASSERT"), or, for a view made under no_grad, the read raises eager's "A view was
+        created in no_grad mode" (eager never reads it). Tensors are read before the next op
+        that could bump a version (every op but a view: version counters move after the
+        kernel, where, under grad mode, the autograd layer also refreshes the written view's
+        grad_fn). Under no_grad nothing refreshes it, so views that ops run under no_grad
+        made or wrote are not read. No_grad makes no autograd node, with one exception: a
+        custom Function's forward runs under no_grad and its output gets the Function's
+        node afterwards; non-view outputs are still read to claim it (a view output leaves
+        the Function's backward ops without `forward_op`).
         """
         if self._decomposing:
             return

@@ -164,3 +164,32 @@ def test_saved_tensor_hooks_pushed_by_the_traced_code_are_traced():
     rounded = torch.autograd.grad(_sine_with_bfloat16_saved_values(x, w).sum(), w)[0]
     exact = torch.autograd.grad(_scaled_sine(x, w).sum(), w)[0]
     assert not torch.allclose(rounded, exact, atol=1e-5, rtol=1e-5), "the hooks change the grads"
+
+
+def test_views_written_under_no_grad_are_traced_without_reading_their_grad_fn():
+    # reading grad_fn of such a view regenerates it: "A view was created in no_grad mode ..."
+    # for a view made under no_grad, "new_fn INTERNAL ASSERT" below the autograd key otherwise
+    def made_and_written_under_no_grad(a):
+        with torch.no_grad():
+            v = a[:2]
+            detached = v.detach()
+            v.mul_(2)
+        return a * 1, detached
+
+    def written_under_no_grad(a):
+        v = a.unsqueeze(-1)
+        with torch.no_grad():
+            v.mul_(2)
+        return v.amax(0) * 3
+
+    assert_same_as_eager(made_and_written_under_no_grad, [torch.randn(3, requires_grad=True)])
+    assert_same_as_eager(written_under_no_grad, [torch.randn(3, requires_grad=True) * 1])
+
+
+def test_copy_of_a_tensor_to_itself_leaves_earlier_views_readable():
+    def fn(a):
+        v = a.reshape(8)  # noqa: F841  (its grad_fn is read after the copy bumped a's version)
+        a.copy_(a)
+        return a.squeeze(2).sum() * 2
+
+    assert_same_as_eager(fn, [torch.randn(2, 4, 1, requires_grad=True) * 1])
