@@ -28,14 +28,15 @@ from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
 from aotgrad.partition.graphs import copy_saved_aliases
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
+from aotgrad.runtime.boxed import boxed_graph
 from aotgrad.trace import fake_mode_for, to_fake
 
 log = logging.getLogger("aotgrad")
 
 
 def nop(gm: fx.GraphModule, example_inputs) -> Callable:
-    """The identity graph compiler: run the graph as traced."""
-    return gm
+    """The identity graph compiler: run the graph as traced (boxed: see runtime/boxed.py)."""
+    return boxed_graph(gm)
 
 
 @dataclass

@@ -77,8 +77,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool) -> Cal
 
     compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward)
 
-    def run(*args):  # Inductor's compiled graphs take one list (its "boxed" convention)
-        return compiled(list(args))
+    def run(args: list):  # Inductor's compiled graphs take one list, which they clear
+        return compiled(args)
+    run._boxed_call = True
     return run
 
 

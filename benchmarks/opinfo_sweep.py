@@ -60,7 +60,7 @@ def make_assert_equals():
             torch.testing.assert_close(actual, expected, equal_nan=True)
         except AssertionError as e:
             head = (msg or "Values differ").split(". ")[0]
-            detail = "; ".join(l.strip() for l in str(e).splitlines() if l.strip())
+            detail = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
             raise AssertionError(f"{head}. {detail}") from None
 
     return assert_equals
@@ -157,7 +157,8 @@ def run_side(op, side: str, n_samples: int) -> dict:
             if eager is not None:
                 return {"status": "skip", "detail": f"eager itself raises (sample {i}): {eager}"}
             return {"status": "fail", "error_type": type(e).__name__, "detail": first_line(e),
-                    "sample": i, "value_mismatch": isinstance(e, AssertionError) and str(e).startswith(MISMATCH_PREFIXES),
+                    "sample": i,
+                    "value_mismatch": isinstance(e, AssertionError) and str(e).startswith(MISMATCH_PREFIXES),
                     "traceback": traceback.format_exc(limit=-6)[-3000:]}
         ran += 1
     if ran == 0:

@@ -1,7 +1,8 @@
 """The autograd.Function that runs a compiled forward/backward pair, and the runtimes.
 
-`RuntimePlan` is the data: compiled graphs, how many forward outputs, which get
-tangents (and in what layout), which inputs get grads. `CompiledFunction` is one
+`RuntimePlan` is the data: compiled graphs (called boxed: one list of arguments,
+see boxed.py), how many forward outputs, which get tangents (and in what layout),
+which inputs get grads. `CompiledFunction` is one
 module-level Function for every plan; `TrainingRuntime` / `InferenceRuntime`
 call it (or the inference graph) and then the epilogue.
 """
@@ -13,6 +14,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from aotgrad.analysis import is_dense_layout
+from aotgrad.runtime.boxed import as_boxed
 from aotgrad.runtime.epilogue import Epilogue
 
 DOUBLE_BACKWARD_MESSAGE = (
@@ -35,6 +37,10 @@ class RuntimePlan:
     backward_errors: dict[int, str] = field(default_factory=dict)  # output -> eager's error if a grad comes
     detached_inputs: tuple[int, ...] = ()  # require grad but get none: no edge to them
 
+    def __post_init__(self):
+        self.forward = as_boxed(self.forward)
+        self.backward = as_boxed(self.backward) if self.backward is not None else None
+
 
 def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple) -> torch.Tensor:
     """The incoming grad in the layout the backward was traced with (zeros if None)."""
@@ -55,7 +61,7 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, plan: RuntimePlan, *args):
-        results = plan.forward(*args)
+        results = plan.forward(list(args))
         n = plan.num_forward_outputs
         outs, saved = tuple(results[:n]), results[n:]
         ctx.plan = plan
@@ -75,11 +81,13 @@ class CompiledFunction(torch.autograd.Function):
                 raise RuntimeError(message)
         tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
                     for j, stride in zip(plan.tangent_sources, plan.tangent_strides)]
-        saved = ctx.saved_tensors
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (*saved, *tangents)):
-            results = _BackwardOnce.apply(plan, *saved, *tangents)
+        args = [*ctx.saved_tensors, *tangents]
+        del tangents
+        if torch.is_grad_enabled() and any(t.requires_grad for t in args):
+            results = _BackwardOnce.apply(plan, *args)
         else:
-            results = plan.backward(*saved, *tangents)
+            ctx.maybe_clear_saved_tensors()  # unless retain_graph: the graph frees each as it goes
+            results = plan.backward(args)
         input_grads: list[Any] = [None] * plan.num_inputs
         for k, i in enumerate(plan.grad_inputs):
             input_grads[i] = results[k]
@@ -91,7 +99,7 @@ class _BackwardOnce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, plan: RuntimePlan, *inputs):
-        return tuple(plan.backward(*inputs))
+        return tuple(plan.backward(list(inputs)))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -115,9 +123,9 @@ class TrainingRuntime:
 
 class InferenceRuntime:
     def __init__(self, forward: Callable, epilogue: Epilogue):
-        self.forward, self.epilogue = forward, epilogue
+        self.forward, self.epilogue = as_boxed(forward), epilogue
 
     def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
         with torch.no_grad():
-            outs = self.forward(*args)
+            outs = self.forward(list(args))
         return self.epilogue.run(args, outs)
