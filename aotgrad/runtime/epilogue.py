@@ -23,6 +23,12 @@ class WriteBack:
     visible_to_autograd: bool
     bumps_version: bool = True  # False: written as eager did, through `.data` (no version bump)
 
+    @property
+    def quiet(self) -> bool:
+        """Hidden from autograd and bumping the version: BatchNorm's running statistics.
+        The epilogue writes all of these in one `_foreach_copy_` under one no_grad."""
+        return not self.visible_to_autograd and self.bumps_version
+
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> None:
         new = outs[self.slot]
         target = inputs[self.input_index]
@@ -98,6 +104,11 @@ class Epilogue:
     grad_mode_after: bool | None = None
     leaf_outputs: list[int] = field(default_factory=list)
 
+    def __post_init__(self):
+        # (input index, slot) of the quiet write-backs, run together; the others one by one
+        self._quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
+        self._loud = [w for w in self.write_backs if not w.quiet]
+
     @staticmethod
     def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool) -> "Epilogue":
         first_mutation_slot = len(analysis.forward_outputs)
@@ -117,7 +128,10 @@ class Epilogue:
         return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs))
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
-        for step in self.write_backs:
+        if self._quiet:
+            with torch.no_grad():  # distinct inputs (aliased ones share one base): order is free
+                torch._foreach_copy_([inputs[i] for i, _ in self._quiet], [outs[k] for _, k in self._quiet])
+        for step in self._loud:
             step.run(inputs, outs)
         for j in self.leaf_outputs:
             outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
