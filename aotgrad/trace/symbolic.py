@@ -1,0 +1,197 @@
+"""Symbolic sizes as graph values (dynamic shapes).
+
+Under dynamic shapes a fake tensor's sizes are SymInts whose `node.expr` is a sympy
+expression over the input symbols: `x.shape[0]` is `s0`, `x.view(-1)` has size
+`s0*s1`. A recorded op that takes a size, `view(y, [2*s0, -1])`, must compute it
+from the run-time inputs instead of baking in the example's value. `SymbolicValues`
+binds each symbol to where the graph can read it (a SymInt placeholder, a
+`sym_size`/`sym_stride`/`sym_storage_offset` of a tensor placeholder, or an op
+output for data-dependent sizes) and turns any expression over bound symbols into FX
+nodes, one node per distinct sub-expression:
+
+    s0 = sym_size(x, 0)          # bound on first use
+    mul = operator.mul(s0, 2)    # 2*s0
+    view = aten.view(y, [mul, -1])
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import sympy
+import torch
+import torch.fx as fx
+from torch.utils._sympy import functions as symfn
+
+from aotgrad.errors import UnsupportedError
+
+aten = torch.ops.aten
+
+SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+# sympy function -> the Python operation on SymInts that builds it (two arguments)
+_BINARY: dict[type, Callable] = {
+    symfn.FloorDiv: operator.floordiv,
+    symfn.CleanDiv: operator.floordiv,
+    symfn.Mod: operator.mod,
+    symfn.PythonMod: operator.mod,
+    sympy.Mod: operator.mod,
+    sympy.Max: torch.sym_max,
+    symfn.Max: torch.sym_max,
+    sympy.Min: torch.sym_min,
+    symfn.Min: torch.sym_min,
+    sympy.Eq: operator.eq,
+    sympy.Ne: operator.ne,
+    sympy.Lt: operator.lt,
+    sympy.Le: operator.le,
+    sympy.Gt: operator.gt,
+    sympy.Ge: operator.ge,
+}
+
+
+def is_symbolic(value: Any) -> bool:
+    """A SymInt/SymFloat/SymBool that is not a known constant."""
+    return isinstance(value, SYMBOLIC_TYPES) and value.node.maybe_as_int() is None \
+        and not value.node.expr.is_number
+
+
+def has_symbolic_shape(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return any(is_symbolic(s) for s in (*value.shape, *value.stride(), value.storage_offset()))
+    return is_symbolic(value)
+
+
+class SymbolicValues:
+    """Graph values for symbolic sizes, for one graph being recorded."""
+
+    def __init__(self, graph: fx.Graph):
+        self.graph = graph
+        # symbol -> how to read it: a node, or (tensor node, "size" | "stride" | "offset", dim, its SymInt)
+        self.sources: dict[sympy.Symbol, Any] = {}
+        self.nodes: dict[sympy.Expr, fx.Node] = {}  # expression -> the node computing it
+        self.vals: dict[sympy.Expr, Any] = {}        # expression -> a SymInt with that expression
+
+    # -- binding ----------------------------------------------------------------
+    def bind_input(self, node: fx.Node, value: Any) -> None:
+        """A placeholder (or an op output): its symbols not bound yet are read from it."""
+        if isinstance(value, SYMBOLIC_TYPES):
+            expr = value.node.expr
+            if isinstance(expr, sympy.Symbol) and expr not in self.sources:
+                self.sources[expr] = node
+                self.nodes[expr], self.vals[expr] = node, value
+            return
+        if not isinstance(value, torch.Tensor):
+            return
+        where = [("size", d, s) for d, s in enumerate(value.shape)]
+        where += [("stride", d, s) for d, s in enumerate(value.stride())]
+        where.append(("offset", 0, value.storage_offset()))
+        for kind, dim, size in where:
+            if isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                if isinstance(expr, sympy.Symbol) and expr not in self.sources:
+                    self.sources[expr] = (node, kind, dim, size)
+
+    # -- expressions ------------------------------------------------------------
+    def node_for(self, value: Any, what: str = "a size") -> Any:
+        """The graph value of a SymInt/SymFloat/SymBool: an int (bool, float) if it is a
+        constant, else the node computing its expression."""
+        constant = value.node.maybe_as_int() if isinstance(value, torch.SymInt) else None
+        if constant is not None:
+            return constant
+        expr = value.node.expr
+        if expr.is_number or expr in (sympy.true, sympy.false):
+            return _python_number(expr)
+        return self._emit(expr, value, what)
+
+    def _emit(self, expr: sympy.Expr, val: Any, what: str) -> Any:
+        if expr.is_Integer:
+            return int(expr)
+        if expr in (sympy.true, sympy.false):
+            return bool(expr)
+        node = self.nodes.get(expr)
+        if node is not None:
+            return node
+        if isinstance(expr, sympy.Symbol):
+            node, val = self._read(expr, what)
+        else:
+            node, val = self._compute(expr, what)
+        if isinstance(node, fx.Node):
+            node.meta["val"] = val
+            self.nodes[expr], self.vals[expr] = node, val
+        return node
+
+    def _read(self, symbol: sympy.Symbol, what: str) -> tuple[fx.Node, Any]:
+        source = self.sources.get(symbol)
+        if source is None:
+            raise UnsupportedError(
+                f"aotgrad: {what} depends on the symbol {symbol}, which no input of the traced "
+                "function carries (a data-dependent size from `nonzero`, `.item()` or "
+                "`.tolist()` made outside the graph, or a size guarded away). To continue: "
+                "mark the size static (`torch._dynamo.mark_static`), or compute the size "
+                "from an input's shape inside the function.")
+        if isinstance(source, fx.Node):
+            return source, self.vals[symbol]
+        tensor_node, kind, dim, val = source
+        op = {"size": aten.sym_size.int, "stride": aten.sym_stride.int,
+              "offset": aten.sym_storage_offset.default}[kind]
+        args = (tensor_node,) if kind == "offset" else (tensor_node, dim)
+        node = self.graph.call_function(op, args)  # at the first use; later uses are after it
+        node.meta.update({k: tensor_node.meta[k] for k in ("stack_trace",) if k in tensor_node.meta})
+        return node, val
+
+    def _compute(self, expr: sympy.Expr, what: str) -> tuple[Any, Any]:
+        """Nodes for a compound expression, built from its parts' nodes and SymInts."""
+        if isinstance(expr, sympy.Add):
+            return self._fold(expr.args, operator.add, what)
+        if isinstance(expr, sympy.Mul):
+            return self._fold(expr.args, operator.mul, what)
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 0:
+            return self._apply(operator.pow, (expr.base, expr.exp), what)
+        op = _BINARY.get(type(expr))
+        if op is not None and len(expr.args) >= 2:
+            return self._fold(expr.args, op, what) if op in (torch.sym_max, torch.sym_min) \
+                else self._apply(op, expr.args, what)
+        raise UnsupportedError(
+            f"aotgrad: {what} is the symbolic expression {expr}, and aotgrad cannot express "
+            f"`{type(expr).__name__}` in a graph yet. To continue: mark the sizes involved "
+            "static (`torch._dynamo.mark_static`, or compile without dynamic=True).")
+
+    def _fold(self, parts, op: Callable, what: str) -> tuple[Any, Any]:
+        node, val = self._part(parts[0], what)
+        for part in parts[1:]:
+            right, right_val = self._part(part, what)
+            node, val = self._call(op, node, right, val, right_val)
+        return node, val
+
+    def _apply(self, op: Callable, parts, what: str) -> tuple[Any, Any]:
+        (a, a_val), (b, b_val) = (self._part(p, what) for p in parts)
+        return self._call(op, a, b, a_val, b_val)
+
+    def _part(self, expr: sympy.Expr, what: str) -> tuple[Any, Any]:
+        if expr.is_number:
+            value = _python_number(expr)
+            return value, value
+        node = self._emit(expr, None, what)
+        return node, self.vals[expr]
+
+    def _call(self, op: Callable, a, b, a_val, b_val) -> tuple[Any, Any]:
+        val = op(a_val, b_val)
+        if not isinstance(a, fx.Node) and not isinstance(b, fx.Node):
+            return val, val
+        node = self.graph.call_function(op, (a, b))
+        node.meta["val"] = val
+        if isinstance(val, SYMBOLIC_TYPES):
+            self.nodes.setdefault(val.node.expr, node)
+            self.vals.setdefault(val.node.expr, val)
+        return node, val
+
+
+def _python_number(expr: sympy.Expr) -> Any:
+    if expr.is_Integer:
+        return int(expr)
+    if expr in (sympy.true, sympy.false):
+        return bool(expr)
+    if expr.is_Rational and not expr.is_Integer:
+        raise UnsupportedError(f"aotgrad: the size expression has a fraction ({expr}), which "
+                               "aotgrad cannot express with integer operations.")
+    return float(expr)
