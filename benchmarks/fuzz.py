@@ -28,6 +28,7 @@ import math
 import multiprocessing as mp
 import os
 import pickle
+import subprocess
 import sys
 import time
 from multiprocessing.connection import wait
@@ -273,6 +274,14 @@ def shrink_all(jobs_to_shrink: list[ShrinkJob], jobs: int, budget_s: float, pyto
 
 # -- the entry point ---------------------------------------------------------------------------
 
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def run_campaign(programs: int, seed: int = 0, jobs: int = 2, backends: tuple[str, ...] = AOTGRAD_BACKENDS,
                  pytorch: bool = False, chunk_size: int = 250, max_statements: int = 8, skip_known: bool = True,
                  progress_every: int = 100, shrink_limit: int = 3, shrink_budget_s: float = 120,
@@ -296,7 +305,8 @@ def run_campaign(programs: int, seed: int = 0, jobs: int = 2, backends: tuple[st
     shrunk = shrink_all(_shrink_plan(campaign.tally, shrink_limit), jobs, shrink_budget_s, pytorch_backends, log)
     args = {"programs": programs, "seed": seed, "jobs": jobs, "backends": list(backends),
             "pytorch": pytorch, "chunk_size": chunk_size, "max_statements": max_statements,
-            "skip_known": skip_known, "chunks": list(chunk_range) if chunk_range else None}
+            "skip_known": skip_known, "chunks": list(chunk_range) if chunk_range else None,
+            "commit": _commit()}
     chunk_rows = [{"chunk": c.index, "seed": c.seed, "programs": c.programs,
                    "drawn": campaign.drawn.get(c.index)} for c in chunks]
     if save_results:
