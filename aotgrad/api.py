@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor
 
 from aotgrad.errors import MutatedAliasedInputsError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
@@ -84,9 +85,15 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
                  fn_name: str = "fn", runner=None):
-    """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake)."""
-    fake_mode = fake_mode_for(example_args)
-    fakes = [to_fake(fake_mode, a) for a in example_args]
+    """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake).
+
+    Returns the runtime, the forward and backward graphs (None without a backward), and, when
+    aotgrad made the symbolic sizes itself (dynamic=True on real inputs), the guard: a check
+    that other inputs satisfy what the trace assumed about their sizes."""
+    fake_mode = fake_mode_for(example_args, options.dynamic)
+    fakes = [to_fake(fake_mode, a, options.dynamic) for a in example_args]
+    guard = _shape_guard(fake_mode, fakes) if options.dynamic and not any(
+        isinstance(a, FakeTensor) for a in example_args) else None
     grad_mode = torch.is_grad_enabled()
     traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and any(
         f.requires_grad for f in fakes), decompositions=options.decompositions, fn_name=fn_name,
@@ -98,7 +105,7 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after)
     if not traced.traced_backward:
         compiler = options.inference_compiler or options.fw_compiler
-        return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None
+        return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None, guard
     partition_fn = options.partition_fn or default_partition
     fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
     fw_gm = copy_saved_aliases(fw_gm, bw_gm, {info.index for info in traced.analysis.mutated_inputs})
@@ -108,11 +115,20 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     differentiable = [j in with_grad for j in range(traced.num_forward_outputs)]
     plan = RuntimePlan(forward, backward, traced.num_forward_outputs, traced.num_primals, traced.tangent_sources,
                        traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors,
-                       _inputs_to_detach(traced))
+                       _inputs_to_detach(traced), fw_gm.meta.get("num_saved_sizes", 0))
     runtime = TrainingRuntime(plan, epilogue)
     if traced.inner_leaves:
         runtime = WithInnerLeaves(runtime, traced.inner_leaves)
-    return runtime, fw_gm, bw_gm
+    return runtime, fw_gm, bw_gm, guard
+
+
+def _shape_guard(fake_mode, fakes: list) -> Callable[[list], bool]:
+    """Do real inputs satisfy the guards the trace put on the symbolic sizes of `fakes`?"""
+    shape_env = fake_mode.shape_env
+
+    def check(args: list) -> bool:
+        return shape_env.evaluate_guards_for_args(fakes, args)
+    return check
 
 
 @dataclass
@@ -142,6 +158,10 @@ def _inputs_to_detach(traced: TracedJoint) -> tuple[int, ...]:
 def _tensor_key(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
             t.requires_grad and t.is_leaf)
+
+
+def _dynamic_tensor_key(t: torch.Tensor) -> tuple:
+    return (t.dim(), t.dtype, t.device, t.requires_grad, t.requires_grad and t.is_leaf)
 
 
 def _dedupe(tensors: Sequence[torch.Tensor]) -> tuple[list[int], tuple[int, ...]]:
@@ -217,12 +237,37 @@ def _base_of(t: torch.Tensor) -> torch.Tensor:
     return t._base if t._base is not None else t
 
 
+@dataclass
+class _Entry:
+    runtime: Callable
+    out_spec: list
+    synthetic_base: SyntheticBase | None
+    guard: Callable | None = None  # dynamic=True: do these inputs satisfy the trace's size guards?
+
+
+def _cached(cache: dict, key: tuple, tensors, keep, compile_: Callable[[], _Entry]) -> _Entry:
+    """The entry for `key` whose guard the inputs pass (static entries have none), else a new one."""
+    entries = cache.get(key)
+    if entries is not None:
+        for entry in entries:
+            if entry.guard is None or entry.guard(tensors, keep):
+                return entry
+    entry = compile_()
+    cache.setdefault(key, []).append(entry)
+    return entry
+
+
 class AotFunction:
-    """aot_function's result: compiles per input signature, then runs the cached runtime."""
+    """aot_function's result: compiles per input signature, then runs the cached runtime.
+
+    The signature holds each tensor's shape and strides; with dynamic=True only its rank
+    (sizes are symbols), and an entry is reused for new sizes when they pass the guards
+    the trace recorded in its ShapeEnv."""
 
     def __init__(self, fn: Callable, options: Options):
         self.fn = fn
         self.options = options
+        self._tensor_key = _dynamic_tensor_key if options.dynamic else _tensor_key
         self.cache: dict[tuple, tuple] = {}
         self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
         self.__name__ = getattr(fn, "__name__", "fn")
@@ -230,7 +275,7 @@ class AotFunction:
 
     def __call__(self, *args, **kwargs):
         entry, tensors, keep = self._entry(args, kwargs)
-        runtime, out_spec, synthetic_base = entry
+        runtime, out_spec, synthetic_base = entry.runtime, entry.out_spec, entry.synthetic_base
         if synthetic_base is None:
             outs = runtime([tensors[i] for i in keep])
         else:
@@ -250,23 +295,21 @@ class AotFunction:
         keep, source = _dedupe(tensors)
         others = tuple((i, v) for i, v in enumerate(flat) if not isinstance(v, torch.Tensor))
         key = (spec, others, source, _storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
-               tuple(_tensor_key(t) for t in tensors))
-        entry = self.cache.get(key)
-        if entry is None:
-            entry = self.cache[key] = self._compile(flat, spec, positions, keep, source, tensors)
+               tuple(self._tensor_key(t) for t in tensors))
+        entry = _cached(self.cache, key, tensors, keep,
+                        lambda: self._compile(flat, spec, positions, keep, source, tensors))
         return entry, tensors, keep
 
     def _flat_entry(self, tensors: tuple):
         """_entry for positional tensor arguments only; the same key, minus the tree spec."""
         keep, source = _dedupe(tensors)
         key = (len(tensors), source, _storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
-               tuple(_tensor_key(t) for t in tensors))
-        entry = self.flat_cache.get(key)
-        if entry is None:
+               tuple(self._tensor_key(t) for t in tensors))
+
+        def compile_():
             flat, spec = pytree.tree_flatten((tensors, {}))
-            entry = self.flat_cache[key] = self._compile(flat, spec, list(range(len(flat))), keep, source,
-                                                         list(tensors))
-        return entry, tensors, keep
+            return self._compile(flat, spec, list(range(len(flat))), keep, source, list(tensors))
+        return _cached(self.flat_cache, key, tensors, keep, compile_), tensors, keep
 
     def _compile(self, flat, spec, positions, keep, source, tensors):
         out_spec: list = [None]
@@ -283,14 +326,19 @@ class AotFunction:
 
         unique = [tensors[i] for i in keep]
         try:
-            runtime, *graphs = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__)
+            runtime, fw_gm, bw_gm, guard = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__)
             synthetic_base = None
         except MutatedAliasedInputsError as e:
             synthetic_base = SyntheticBase.of(unique, e.group, e)
-            runtime, *graphs = compile_flat(synthetic_base.wrap(flat_fn), synthetic_base.inputs(tensors, keep),
-                                            self.options, fn_name=self.__name__)
-        self.last_graphs = tuple(graphs)
-        return runtime, out_spec, synthetic_base
+            runtime, fw_gm, bw_gm, guard = compile_flat(synthetic_base.wrap(flat_fn),
+                                                        synthetic_base.inputs(tensors, keep),
+                                                        self.options, fn_name=self.__name__)
+        self.last_graphs = (fw_gm, bw_gm)
+        if guard is not None:
+            inputs_of = (lambda ts, kp: [ts[i] for i in kp]) if synthetic_base is None else synthetic_base.inputs
+            checked = guard
+            guard = lambda ts, kp: checked(inputs_of(ts, kp))  # noqa: E731
+        return _Entry(runtime, out_spec, synthetic_base, guard)
 
 
 def _options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic) -> Options:

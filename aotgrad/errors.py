@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from aotgrad.trace.tracer import _is_library_file
 
 
 class AotgradError(RuntimeError):
@@ -37,6 +36,7 @@ class MutatedAliasedInputsError(UnsupportedError):
 
 def user_line_of(exc: BaseException) -> str | None:
     """The innermost user frame of an exception's traceback, as 'file:line  code'."""
+    from aotgrad.trace.tracer import _is_library_file  # errors.py is imported by the tracer's modules
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library_file(f.filename)]
     if not frames:
         return None

@@ -306,14 +306,15 @@ class _Functionalizer:
 
     def on_view(self, node: fx.Node) -> None:
         parent = self.refs[node.args[0]]
-        args = tuple(node.args[1:])
+        args = tuple(pytree.tree_map(self.arg_value, tuple(node.args[1:])))  # symbolic sizes: new graph's nodes
         step = ViewStep(node.target, args, tuple(sorted(node.kwargs.items())))
         parent_value = self.value(parent)
         traced = self.traced_val(node)
         new = self.emit(node.target, (parent_value, *args), dict(node.kwargs),
                         val=traced if parent_value is parent.cached else None)
         if isinstance(node.meta["val"], torch.Tensor):
-            eager = traced if traced is not None else self.fake_run(node.target, (parent.val, *args), node.kwargs)
+            eager = traced if traced is not None else self.fake_run(
+                node.target, (parent.val, *pytree.tree_map(_val_of, tuple(node.args[1:]))), node.kwargs)
             ref = _Ref(parent.root, parent.chain + (step,), eager)
             ref.cached, ref.cached_version = new, parent.root.version
             self.refs[node] = ref
@@ -445,6 +446,10 @@ class _MultiView:
 
     def step_for(self, index: int) -> ViewStep:
         return ViewStep(self.step.op, self.step.args, self.step.kwargs, index)
+
+
+def _val_of(a: Any) -> Any:
+    return a.meta["val"] if isinstance(a, fx.Node) else a
 
 
 def _bind(op, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -62,7 +62,19 @@ def _copy_nodes(graph: fx.Graph, nodes, env: dict) -> None:
         env[node] = graph.node_copy(node, lambda n: env[n])
 
 
+def saved_in_runtime_order(saved: list[fx.Node]) -> list[fx.Node]:
+    """Saved tensors first, then saved sizes (SymInt nodes, under dynamic shapes): the
+    runtime keeps the tensors with `save_for_backward` and the sizes as plain ints."""
+    sizes = [n for n in saved if _is_size(n)]
+    return [n for n in saved if not _is_size(n)] + sizes
+
+
+def _is_size(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
 def build_forward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
+    saved = saved_in_runtime_order(saved)
     graph = fx.Graph()
     env: dict = {}
     _copy_nodes(graph, parts.primals, env)
@@ -74,10 +86,12 @@ def build_forward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
     graph.output(tuple(outputs + [env[s] for s in saved]))
     gm = fx.GraphModule(parts.joint, graph)
     gm.meta["num_saved"] = len(saved)
+    gm.meta["num_saved_sizes"] = sum(_is_size(n) for n in saved)
     return gm
 
 
 def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
+    saved = saved_in_runtime_order(saved)
     graph = fx.Graph()
     env: dict = {}
     for node in saved:

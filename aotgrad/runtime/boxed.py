@@ -57,7 +57,7 @@ def boxed_graph(gm: fx.GraphModule) -> Callable:
         return as_boxed(gm)
     unpack = f"\n    {', '.join(names)}, = args\n    args.clear()" if names else ""
     src = gm.code.replace(head, "def forward(self, args):" + unpack)
-    filename = f"<aotgrad boxed graph {id(gm):#x}>"
+    filename = f"<aotgrad boxed graph {hash(src) & 0xFFFFFFFFFFFF:x}>"  # one entry per distinct code
     linecache.cache[filename] = (len(src), None, src.splitlines(keepends=True), filename)
     namespace = dict(forward.__globals__)
     exec(compile(src, filename, "exec", dont_inherit=True), namespace)

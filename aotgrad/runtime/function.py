@@ -36,15 +36,45 @@ class RuntimePlan:
     differentiable: list[bool]  # per forward output: can a gradient flow into it
     backward_errors: dict[int, str] = field(default_factory=dict)  # output -> eager's error if a grad comes
     detached_inputs: tuple[int, ...] = ()  # require grad but get none: no edge to them
+    num_saved_sizes: int = 0  # the last saved values are sizes (ints; dynamic shapes), not tensors
 
     def __post_init__(self):
+        self.tangent_strides = [_layout(stride) for stride in self.tangent_strides]
         self.forward = as_boxed(self.forward)
         self.backward = as_boxed(self.backward) if self.backward is not None else None
 
 
-def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple) -> torch.Tensor:
+@dataclass(frozen=True)
+class DenseOrder:
+    """A dense layout given by its dims from innermost to outermost, for traced strides that
+    are symbolic (dynamic shapes): the strides follow from each call's real sizes."""
+
+    inner_to_outer: tuple[int, ...]
+
+    def strides(self, shape) -> tuple[int, ...]:
+        strides = [0] * len(shape)
+        step = 1
+        for d in self.inner_to_outer:
+            strides[d] = step
+            step *= max(shape[d], 1)
+        return tuple(strides)
+
+
+def _layout(stride: tuple) -> tuple | DenseOrder:
+    if not any(isinstance(s, torch.SymInt) for s in stride):
+        return stride
+    # order by the example's strides (a dense layout's order does not depend on the sizes)
+    hints = [s.node.hint if isinstance(s, torch.SymInt) else s for s in stride]
+    if any(h is None for h in hints):
+        return DenseOrder(tuple(reversed(range(len(stride)))))
+    return DenseOrder(tuple(sorted(range(len(stride)), key=lambda d: (hints[d], -d))))
+
+
+def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple | DenseOrder) -> torch.Tensor:
     """The incoming grad in the layout the backward was traced with (zeros if None)."""
     shape, dtype, device = meta
+    if isinstance(stride, DenseOrder):
+        stride = stride.strides(shape)
     if grad is None:
         return torch.zeros(shape, dtype=dtype, device=device).as_strided(shape, stride) \
             if is_dense_layout(shape, stride) else torch.zeros(shape, dtype=dtype, device=device)
@@ -65,7 +95,9 @@ class CompiledFunction(torch.autograd.Function):
         n = plan.num_forward_outputs
         outs, saved = tuple(results[:n]), results[n:]
         ctx.plan = plan
-        ctx.save_for_backward(*saved)
+        k = len(saved) - plan.num_saved_sizes
+        ctx.save_for_backward(*saved[:k])
+        ctx.saved_sizes = saved[k:]
         ctx.out_meta = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outs]
         non_differentiable = [o for o, d in zip(outs, plan.differentiable)
                               if not d and isinstance(o, torch.Tensor)]
@@ -81,9 +113,9 @@ class CompiledFunction(torch.autograd.Function):
                 raise RuntimeError(message)
         tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
                     for j, stride in zip(plan.tangent_sources, plan.tangent_strides)]
-        args = [*ctx.saved_tensors, *tangents]
+        args = [*ctx.saved_tensors, *ctx.saved_sizes, *tangents]
         del tangents
-        if torch.is_grad_enabled() and any(t.requires_grad for t in args):
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
             results = _BackwardOnce.apply(plan, *args)
         else:
             ctx.maybe_clear_saved_tensors()  # unless retain_graph: the graph frees each as it goes

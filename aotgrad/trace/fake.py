@@ -11,22 +11,25 @@ from typing import Any, Sequence
 import torch
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 
-def fake_mode_for(example_inputs: Sequence[Any]) -> FakeTensorMode:
-    """The fake mode of the example inputs if they are fake, else a fresh one.
+def fake_mode_for(example_inputs: Sequence[Any], dynamic: bool = False) -> FakeTensorMode:
+    """The fake mode of the example inputs if they are fake, else a fresh one (with a
+    ShapeEnv when `dynamic`: sizes become symbols, and what the trace assumes about them
+    is recorded as guards).
 
     A fresh mode's tensors raise on `data_ptr()` (PyTorch's default only warns), as
     torch.compile's fake mode does: tracing cannot answer it."""
     mode = detect_fake_mode(list(example_inputs))
     if mode is not None:
         return mode
-    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=ShapeEnv() if dynamic else None)
     mode._allow_unsafe_data_ptr_access = False
     return mode
 
 
-def to_fake(fake_mode: FakeTensorMode, value: Any) -> Any:
+def to_fake(fake_mode: FakeTensorMode, value: Any, dynamic: bool = False) -> Any:
     if isinstance(value, FakeTensor) or not isinstance(value, torch.Tensor):
         return value
-    return fake_mode.from_tensor(value, static_shapes=True)
+    return fake_mode.from_tensor(value, static_shapes=not (dynamic and fake_mode.shape_env is not None))

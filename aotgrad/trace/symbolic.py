@@ -80,7 +80,7 @@ class SymbolicValues:
                 self.sources[expr] = node
                 self.nodes[expr], self.vals[expr] = node, value
             return
-        if not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or not value._has_symbolic_sizes_strides:
             return
         where = [("size", d, s) for d, s in enumerate(value.shape)]
         where += [("stride", d, s) for d, s in enumerate(value.stride())]

@@ -37,6 +37,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
 
 from aotgrad.trace.grad_mode_ops import recorded_op
+from aotgrad.trace.symbolic import SYMBOLIC_TYPES, SymbolicValues
 
 aten = torch.ops.aten
 
@@ -97,6 +98,7 @@ class GraphRecorder(TorchDispatchMode):
         super().__init__()
         self.graph = fx.Graph()
         self.fake_mode = fake_mode
+        self.symbolic = SymbolicValues(self.graph)  # symbolic sizes as graph values (dynamic shapes)
         self.decompositions = decompositions or {}
         self.nodes: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.constants: dict[str, torch.Tensor] = {}
@@ -156,6 +158,7 @@ class GraphRecorder(TorchDispatchMode):
                 node = self.graph.placeholder(name)
         self._last_placeholder = node
         node.meta["val"] = value
+        self.symbolic.bind_input(node, value)
         if isinstance(value, torch.Tensor):
             self.nodes[value] = node
             if isinstance(value, FakeTensor):
@@ -167,6 +170,8 @@ class GraphRecorder(TorchDispatchMode):
         self.nodes[value] = node
 
     def node_of(self, value: Any) -> Any:
+        if isinstance(value, SYMBOLIC_TYPES):
+            return self.symbolic.node_for(value)
         if not isinstance(value, torch.Tensor):
             return value
         node = self.nodes.get(value)
@@ -251,12 +256,16 @@ class GraphRecorder(TorchDispatchMode):
         if isinstance(out, torch.Tensor):
             if out not in self.nodes:  # in-place and out= ops return their argument
                 self.nodes[out] = node
+                self.symbolic.bind_input(node, out)  # data-dependent sizes (nonzero) are read from it
+        elif isinstance(out, SYMBOLIC_TYPES):
+            self.symbolic.bind_input(node, out)  # `.item()` under dynamic shapes
         elif isinstance(out, (tuple, list)):
             for i, item in enumerate(out):
                 if isinstance(item, torch.Tensor) and item not in self.nodes:
                     getitem = self.graph.call_function(operator.getitem, (node, i))
                     getitem.meta = {**node.meta, "val": item}
                     self.nodes[item] = getitem
+                    self.symbolic.bind_input(getitem, item)
 
     def _annotate(self, node: fx.Node, func) -> None:
         meta = node.meta
