@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._guards import detect_fake_mode
 
 from aotgrad.errors import MutatedAliasedInputsError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
@@ -90,10 +90,12 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     Returns the runtime, the forward and backward graphs (None without a backward), and, when
     aotgrad made the symbolic sizes itself (dynamic=True on real inputs), the guard: a check
     that other inputs satisfy what the trace assumed about their sizes."""
-    fake_mode = fake_mode_for(example_args, options.dynamic)
-    fakes = [to_fake(fake_mode, a, options.dynamic) for a in example_args]
-    guard = _shape_guard(fake_mode, fakes) if options.dynamic and not any(
-        isinstance(a, FakeTensor) for a in example_args) else None
+    # dynamic=True on real inputs: aotgrad makes the symbols (and checks their guards per call);
+    # under torch.compile the symbolic fakes come with the inputs and dynamo guards them
+    own_symbols = options.dynamic and detect_fake_mode(list(example_args)) is None
+    fake_mode = fake_mode_for(example_args, own_symbols)
+    fakes = [to_fake(fake_mode, a, own_symbols) for a in example_args]
+    guard = _shape_guard(fake_mode, fakes) if own_symbols else None
     grad_mode = torch.is_grad_enabled()
     traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and any(
         f.requires_grad for f in fakes), decompositions=options.decompositions, fn_name=fn_name,
@@ -102,7 +104,7 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     gm, fplan = functionalize(traced.gm)
     options.stages = [f"trace: {len(traced.gm.graph.nodes)} nodes", str(fplan)]
     log.debug("aotgrad %s\n%s", fn_name, "\n".join(options.stages))
-    epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after)
+    epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after, traced.symbol_sources)
     if not traced.traced_backward:
         compiler = options.inference_compiler or options.fw_compiler
         return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None, guard
@@ -115,7 +117,8 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     differentiable = [j in with_grad for j in range(traced.num_forward_outputs)]
     plan = RuntimePlan(forward, backward, traced.num_forward_outputs, traced.num_primals, traced.tangent_sources,
                        traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors,
-                       _inputs_to_detach(traced), fw_gm.meta.get("num_saved_sizes", 0))
+                       _inputs_to_detach(traced), fw_gm.meta.get("num_saved_sizes", 0),
+                       bw_gm, options.bw_compiler or options.fw_compiler)
     runtime = TrainingRuntime(plan, epilogue)
     if traced.inner_leaves:
         runtime = WithInnerLeaves(runtime, traced.inner_leaves)

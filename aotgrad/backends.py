@@ -111,7 +111,9 @@ class InductorCompilers:
             compiled = _compile(gm, list(example_inputs), is_backward=False)
         if len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
-                if isinstance(val, torch.Tensor) and stride is not None:
+                symbolic = stride is not None and any(isinstance(s, torch.SymInt) for s in (*stride, *val.shape))
+                if isinstance(val, torch.Tensor) and stride is not None and not symbolic:
+                    # (symbolic layouts are not restrided yet: int() would specialise them; issue 4)
                     self.saved_strides[id(val)] = (val, tuple(int(s) for s in stride))
         return compiled
 

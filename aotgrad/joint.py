@@ -82,6 +82,7 @@ class TracedJoint:
     backward_errors: dict[int, str] = field(default_factory=dict)
     gradless_inputs: list[int] = field(default_factory=list)  # require grad, but the backward gives None
     inner_leaves: list[InnerLeaf] = field(default_factory=list)  # primals after fn's own, in order
+    symbol_sources: dict = field(default_factory=dict)  # dynamic shapes: symbol -> where inputs carry it
 
 
 def _is_differentiable(t: torch.Tensor) -> bool:
@@ -141,6 +142,9 @@ def _prepare_primals(recorder: GraphRecorder, primals: Sequence[torch.Tensor], t
         elif not p.requires_grad:
             with recorder.fake_mode:
                 leaf = value = p.detach()
+            memo = getattr(p, "item_memo", None)  # a float input's value, known to torch.compile
+            if memo is not None:
+                value.item_memo = memo
         else:
             leaf = value = p
         node = recorder.placeholder(f"primals_{i + 1}", value)
@@ -178,6 +182,21 @@ def _reject_metadata_mutations(inputs: Sequence[InputInfo], fn_name: str) -> Non
                 "`x.requires_grad_()`); the compiled code cannot do that to the caller's tensor. To continue: "
                 "return the new tensor (`x.t()`, `x.detach()`) instead of changing the input's metadata, or "
                 "do it outside the compiled function.")
+
+
+def _reject_writes_into_overlapping_non_leaves(e: Exception, primals, values, fn_name: str) -> None:
+    """An expanded non-leaf input (its elements share memory) is traced as its leaf stand-in
+    (`_non_leaf_like`), so an in-place write into it fails as a write into a leaf: say so."""
+    if "leaf Variable that requires grad is being used in an in-place operation" not in str(e):
+        return
+    stand_ins = [i for i, (p, v) in enumerate(zip(primals, values))
+                 if p.requires_grad and not p.is_leaf and v.is_leaf and overlaps_itself(v)]
+    if stand_ins:
+        raise UnsupportedError(
+            f"aotgrad cannot compile `{fn_name}`: it writes in place into input {stand_ins[0]} (or a view "
+            "of it), a tensor that requires grad, is not a leaf, and whose elements share memory (made "
+            "by `expand`, say). aotgrad cannot trace writes into such an input. To continue: pass "
+            "`.clone()` of it, or write into a clone inside the function.") from e
 
 
 def _reraise(e: Exception, fn_name: str, in_backward: bool):
@@ -288,7 +307,8 @@ def _trace_backward(recorder: GraphRecorder, analysis: ForwardAnalysis, forward_
     return result
 
 
-def _run_forward(recorder: GraphRecorder, fn: Callable, values: Sequence[torch.Tensor], fn_name: str):
+def _run_forward(recorder: GraphRecorder, fn: Callable, values: Sequence[torch.Tensor], fn_name: str,
+                 primals: Sequence[torch.Tensor] = ()):
     """fn(*values) under the recorder; its flat outputs and the grad mode it leaves behind
     (restored to the caller's here)."""
     grad_mode = torch.is_grad_enabled()
@@ -296,6 +316,7 @@ def _run_forward(recorder: GraphRecorder, fn: Callable, values: Sequence[torch.T
         with recorder.fake_mode, recorder:
             outs = list(fn(*values))
     except Exception as e:
+        _reject_writes_into_overlapping_non_leaves(e, primals, values, fn_name)
         _reraise(e, fn_name, in_backward=False)
     finally:
         grad_mode_after = torch.is_grad_enabled()
@@ -318,7 +339,7 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
     recorder = GraphRecorder(fake_mode, decompositions)
     leaves, values = _prepare_primals(recorder, primals, trace_backward)
     before = [InputState.of(v) for v in values]
-    outs, grad_mode_after = _run_forward(recorder, fn, values, fn_name)
+    outs, grad_mode_after = _run_forward(recorder, fn, values, fn_name, primals)
 
     inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.written_storages,
                             recorder.unbumped_storages)
@@ -351,6 +372,8 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
     for name, value in recorder.constants.items():
         setattr(root, name, value)
     gm = fx.GraphModule(root, recorder.graph)
+    primal_nodes = [n for n in recorder.graph.nodes if n.op == "placeholder" and n.target.startswith("primals")]
     return TracedJoint(gm, analysis, len(values), len(forward_outputs), backward.tangent_sources,
                        backward.tangent_strides, backward.grad_inputs, grad_mode_after, trace_backward,
-                       backward.backward_errors, backward.gradless_inputs, [InnerLeaf.of(t) for t in inner])
+                       backward.backward_errors, backward.gradless_inputs, [InnerLeaf.of(t) for t in inner],
+                       recorder.symbolic.input_sources(primal_nodes))

@@ -8,14 +8,18 @@ dynamic shapes land, specialised per concrete shape at run time (logged at debug
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
+from torch._guards import TracingContext
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.api import AotFunction, Options
+from aotgrad.errors import MutatedAliasedInputsError
 from aotgrad.trace import GraphRecorder, UserGraphRunner
 
 log = logging.getLogger("aotgrad")
@@ -34,18 +38,51 @@ class _ModuleAsFunction:
     values (lifted as graph inputs). Under the recorder a GraphModule is run node by
     node, so its aten ops keep the user's source lines; any other module just runs."""
 
-    def __init__(self, module: torch.nn.Module, attr_names: list[str]):
+    def __init__(self, module: torch.nn.Module, attr_names: list[str], size_inputs: dict[int, Any] | None = None):
         self.module, self.attr_names = module, attr_names
+        self.size_inputs = size_inputs or {}  # position -> the SymInt torch.compile passed there
         self.__name__ = "torch.compile graph" if isinstance(module, fx.GraphModule) else type(module).__name__
 
     def __call__(self, *values):
         attrs = dict(zip(self.attr_names, values[: len(self.attr_names)]))
-        inputs = values[len(self.attr_names):]
+        inputs = list(values[len(self.attr_names):])
+        for position in sorted(self.size_inputs):  # traced from the tensors' sizes (see below)
+            inputs.insert(position, self.size_inputs[position])
         recorder = _get_current_dispatch_mode()
         if isinstance(self.module, fx.GraphModule) and isinstance(recorder, GraphRecorder):
             return UserGraphRunner(self.module, recorder, attrs).run(*inputs)
         with torch.nn.utils.stateless._reparametrize_module(self.module, attrs):
             return self.module(*inputs)
+
+
+def _symbolic_examples(gm: torch.nn.Module, example_inputs: Sequence[Any]) -> list:
+    """The example inputs, with each real tensor replaced by its fake with the symbolic sizes
+    torch.compile traced it with (dynamo hands the backend real example tensors and keeps
+    each one's symbolic context in the TracingContext), where those sizes are symbolic."""
+    examples = list(example_inputs)
+    context = TracingContext.try_get()
+    if context is None or context.fake_mode is None:
+        return examples
+    placeholders = gm.graph.find_nodes(op="placeholder") if isinstance(gm, fx.GraphModule) else []
+    traced = [node.meta.get("example_value") for node in placeholders] if len(placeholders) == len(examples) \
+        else [None] * len(examples)
+    for i, value in enumerate(examples):
+        symbolic_context = context.tensor_to_context.get(value) if isinstance(value, torch.Tensor) else None
+        if symbolic_context is None or isinstance(value, FakeTensor):
+            continue
+        memo = getattr(traced[i], "item_memo", None)
+        if traced[i] is not None and not _is_symbolic(traced[i]) and memo is None:
+            continue  # static in dynamo's trace: keep the real example (no fake, no new symbols)
+        fake = context.fake_mode.from_tensor(value, symbolic_context=symbolic_context)
+        # a Python float dynamo turned into a 0-d tensor input (dynamic=True): the graph reads it
+        # with `.item()`, whose value dynamo recorded on its own fake
+        if memo is not None:
+            fake.item_memo = memo
+        if _is_symbolic(fake) or memo is not None:
+            examples[i] = fake
+    if not any(_is_symbolic(v) for v in examples):
+        return list(example_inputs)  # a static graph: the real examples, as before
+    return examples
 
 
 def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], options: Options):
@@ -55,16 +92,37 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     state = {**dict(gm.named_parameters(remove_duplicate=False)),
              **dict(gm.named_buffers(remove_duplicate=False))}
     names = list(state)
-    compiled = AotFunction(_ModuleAsFunction(gm, names), options)
     params = list(state.values())
-    if any(_is_symbolic(v) for v in example_inputs):
-        log.debug("aotgrad: the graph has symbolic sizes, which aotgrad does not trace yet; "
-                  "specialising it per concrete input shape at run time")
-    else:
-        compiled.precompile(*params, *example_inputs)
+    examples = _symbolic_examples(gm, example_inputs)
+    if not any(_is_symbolic(v) for v in examples):
+        compiled = AotFunction(_ModuleAsFunction(gm, names), options)
+        compiled.precompile(*params, *examples)
+
+        def run(*args):
+            return compiled(*params, *args)
+        run.compiled = compiled
+        return run
+    # Symbolic sizes (torch.compile(dynamic=True), or automatic dynamic after a second size):
+    # one graph for every size dynamo's guards admit. The SymInt inputs are not graph inputs:
+    # each is a symbol of some tensor input's size, which the graph reads from that tensor
+    # (trace/symbolic.py); a symbol no tensor carries is a clear error at trace time.
+    sizes = {i: v for i, v in enumerate(examples) if isinstance(v, (torch.SymInt, int))}
+    compiled = AotFunction(_ModuleAsFunction(gm, names, sizes), dataclasses.replace(options, dynamic=True))
+    try:
+        compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
+    except MutatedAliasedInputsError:
+        # views of one tensor, one mutated: the synthetic base is not symbolic yet, so this
+        # graph is compiled per concrete shape at run time (docs/plan.md, issue 4)
+        log.info("aotgrad: aliased mutated inputs with symbolic sizes; compiling per concrete shape")
+        static = AotFunction(_ModuleAsFunction(gm, names), options)
+
+        def run_static(*args):
+            return static(*params, *args)
+        run_static.compiled = static
+        return run_static
 
     def run(*args):
-        return compiled(*params, *args)
+        return compiled(*params, *[a for i, a in enumerate(args) if i not in sizes])
 
     run.compiled = compiled
     return run

@@ -92,3 +92,112 @@ def test_a_size_guard_failing_recompiles_and_stays_right():
 def test_size_one_is_specialised_and_then_reused():
     compiler = _check_sweep(_mlp, _mlp_inputs, [6, 1, 1, 7])
     assert len(compiler.graphs) == 4  # sizes 0 and 1 are never symbols (as in torch.compile)
+
+
+# -- torch.compile(backend="aotgrad") with symbolic sizes ---------------------------------
+
+class CountingBackend:
+    """torch.compile backend: aotgrad, counting the graphs dynamo hands it."""
+
+    def __init__(self):
+        self.compiles = 0
+
+    def __call__(self, gm, example_inputs):
+        self.compiles += 1
+        return aotgrad.aot_module_simplified(gm, example_inputs, aotgrad.nop, aotgrad.nop)
+
+
+def _train_sweep(model, make_inputs, sizes, dynamic):
+    import copy
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend=backend, dynamic=dynamic)
+    counts = []
+    for n in sizes:
+        inputs = make_inputs(n)
+        model.zero_grad()
+        twin.zero_grad()
+        expected, actual = model(*inputs), compiled(*inputs)
+        torch.testing.assert_close(actual, expected)
+        expected.sum().backward()
+        actual.sum().backward()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(q.grad, p.grad)
+        counts.append(backend.compiles)
+    return counts
+
+
+class _GPTBlock(torch.nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+def test_compile_dynamic_mlp_batch_sweep_one_compile():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    counts = _train_sweep(model, lambda n: (torch.randn(n, 8),), [3, 5, 8, 13], dynamic=True)
+    assert counts == [1, 1, 1, 1]
+
+
+def test_compile_dynamic_gpt_block_batch_and_sequence():
+    torch.manual_seed(0)
+    sizes = [(2, 5), (3, 7), (4, 6)]
+    counts = _train_sweep(_GPTBlock(), lambda k: (torch.randn(*sizes[k], 16),), range(3), dynamic=True)
+    assert counts == [1, 1, 1]
+
+
+def test_compile_dynamic_cnn_batch_sweep():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    counts = _train_sweep(model, lambda n: (torch.randn(n, 3, 8, 8),), [2, 5, 3], dynamic=True)
+    assert counts == [1, 1, 1]
+    # BatchNorm's running statistics were written back at every size
+    assert int(model[1].num_batches_tracked) == 3
+
+
+def test_automatic_dynamic_second_size_recompiles_once():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    counts = _train_sweep(model, lambda n: (torch.randn(n, 8),), [4, 6, 9, 12], dynamic=None)
+    assert counts == [1, 2, 2, 2]  # static first, one dynamic recompile, none after
+
+
+def test_outputs_viewing_inputs_are_rebuilt_with_each_calls_sizes():
+    def fn(x):
+        return x.view(x.shape[0] * 2, -1), x.t(), x[1:x.shape[0] - 1]
+    compiled = aotgrad.aot_function(fn, aotgrad.nop, dynamic=True)
+    for n in (4, 6, 9):
+        x = torch.randn(n, 6, requires_grad=True)
+        for got, expected in zip(compiled(x), fn(x)):
+            assert got.shape == expected.shape and got.stride() == expected.stride()
+            torch.testing.assert_close(got, expected)
+            assert got._base is x
+
+
+def test_data_dependent_sizes_are_read_at_run_time():
+    def fn(x):
+        return x[x > 0].sum() * x.shape[0] + x.sum().item()
+    counting = Counting()
+    compiled = aotgrad.aot_function(fn, counting, dynamic=True)
+    for n in (5, 5, 8):
+        x = torch.randn(n, requires_grad=True)
+        twin = x.detach().clone().requires_grad_()
+        torch.testing.assert_close(compiled(x), fn(twin))
+        compiled(x).backward()
+        fn(twin).backward()
+        torch.testing.assert_close(x.grad, twin.grad)
+    assert len(counting.graphs) == 2

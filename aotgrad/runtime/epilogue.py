@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from aotgrad.analysis import ForwardAnalysis, OutputKind, ViewStep
+from aotgrad.runtime.sizes import SymbolSources, concrete, has_symbols
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,15 @@ class RebuildOutput:
     base_stride: tuple | None = None  # set when the view reads absolute offsets of a forward output
     value: Any = None
     replay: tuple[ViewStep, ...] | None = None
+    symbolic: bool = False  # sizes or view arguments are SymInts: made concrete per call
+
+    def concrete(self, env: dict) -> "RebuildOutput":
+        """This step with the call's sizes (dynamic shapes)."""
+        replay = None if self.replay is None else tuple(
+            ViewStep(s.op, concrete(s.args, env), concrete(s.kwargs, env), s.grad_enabled) for s in self.replay)
+        return RebuildOutput(self.kind, self.index, concrete(self.size, env), concrete(self.stride, env),
+                             concrete(self.storage_offset, env), self.requires_grad,
+                             concrete(self.base_stride, env), self.value, replay)
 
     def run(self, inputs, outs, built: list) -> Any:
         kind = self.kind
@@ -103,6 +113,7 @@ class Epilogue:
     outputs: list[RebuildOutput] = field(default_factory=list)
     grad_mode_after: bool | None = None
     leaf_outputs: list[int] = field(default_factory=list)
+    sizes: SymbolSources | None = None  # dynamic shapes: where the symbols of symbolic steps are read
 
     def __post_init__(self):
         # (input index, slot) of the quiet write-backs, run together; the others one by one
@@ -110,7 +121,8 @@ class Epilogue:
         self._loud = [w for w in self.write_backs if not w.quiet]
 
     @staticmethod
-    def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool) -> "Epilogue":
+    def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool,
+             symbol_sources: dict | None = None) -> "Epilogue":
         first_mutation_slot = len(analysis.forward_outputs)
         write_backs = [WriteBack(info.index, first_mutation_slot + k, info.mutation_visible_to_autograd,
                                  info.bumps_version)
@@ -121,11 +133,15 @@ class Epilogue:
             absolute = info.replay is None or any(s.op is torch.ops.aten.as_strided.default for s in info.replay)
             if info.kind is OutputKind.ALIAS_OF_OUTPUT and absolute:
                 base_stride = tuple(analysis.forward_output_strides[info.index])
+            replay_args = [(s.args, s.kwargs) for s in info.replay or ()]
+            symbolic = info.kind not in (OutputKind.FRESH, OutputKind.INPUT, OutputKind.SAME_AS_OUTPUT) and \
+                has_symbols((tuple(info.size), tuple(info.stride), info.storage_offset, base_stride, replay_args))
             outputs.append(RebuildOutput(info.kind, info.index, info.size, tuple(info.stride),
                                          info.storage_offset, info.requires_grad, base_stride, info.value,
-                                         info.replay))
+                                         info.replay, symbolic))
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
-        return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs))
+        sizes = SymbolSources(symbol_sources) if any(o.symbolic for o in outputs) else None
+        return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs), sizes)
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
         if self._quiet:
@@ -136,7 +152,10 @@ class Epilogue:
         for j in self.leaf_outputs:
             outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
         built: list[Any] = []
+        env = self.sizes.bind(inputs) if self.sizes is not None else None
         for step in self.outputs:
+            if step.symbolic:
+                step = step.concrete(env)
             built.append(step.run(inputs, outs, built))
         if self.grad_mode_after is not None:
             torch.set_grad_enabled(self.grad_mode_after)

@@ -37,6 +37,24 @@ class RuntimePlan:
     backward_errors: dict[int, str] = field(default_factory=dict)  # output -> eager's error if a grad comes
     detached_inputs: tuple[int, ...] = ()  # require grad but get none: no edge to them
     num_saved_sizes: int = 0  # the last saved values are sizes (ints; dynamic shapes), not tensors
+    # the backward graph and its compiler, for the variants of calls where some outputs get no grad
+    backward_graph: Any = None
+    backward_compiler: Callable | None = None
+    _partial: dict = field(default_factory=dict)
+
+    def backward_without(self, absent: tuple[int, ...]) -> Callable | None:
+        """The compiled backward for calls where the tangents at `absent` are missing (their
+        outputs got no gradient), built on first use; None if there is no such variant."""
+        if absent not in self._partial:
+            from aotgrad.partition.absent_tangents import without_tangents  # graph surgery, once per pattern
+            variant = None
+            if self.backward_graph is not None and self.backward_compiler is not None:
+                gm = without_tangents(self.backward_graph, set(absent))
+                if gm is not None:
+                    vals = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+                    variant = as_boxed(self.backward_compiler(gm, vals))
+            self._partial[absent] = variant
+        return self._partial[absent]
 
     def __post_init__(self):
         self.tangent_strides = [_layout(stride) for stride in self.tangent_strides]
@@ -111,15 +129,23 @@ class CompiledFunction(torch.autograd.Function):
         for j, message in plan.backward_errors.items():
             if grads[j] is not None:
                 raise RuntimeError(message)
-        tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
-                    for j, stride in zip(plan.tangent_sources, plan.tangent_strides)]
+        backward = plan.backward
+        absent = tuple(k for k, j in enumerate(plan.tangent_sources) if grads[j] is None)
+        variant = plan.backward_without(absent) if absent else None
+        if variant is not None:  # run only what the given grads reach, as eager's engine does
+            backward = variant
+            tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
+                        for j, stride in zip(plan.tangent_sources, plan.tangent_strides) if grads[j] is not None]
+        else:
+            tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
+                        for j, stride in zip(plan.tangent_sources, plan.tangent_strides)]
         args = [*ctx.saved_tensors, *ctx.saved_sizes, *tangents]
         del tangents
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
-            results = _BackwardOnce.apply(plan, *args)
+            results = _BackwardOnce.apply(backward, *args)
         else:
             ctx.maybe_clear_saved_tensors()  # unless retain_graph: the graph frees each as it goes
-            results = plan.backward(args)
+            results = backward(args)
         input_grads: list[Any] = [None] * plan.num_inputs
         for k, i in enumerate(plan.grad_inputs):
             input_grads[i] = results[k]
@@ -130,8 +156,8 @@ class _BackwardOnce(torch.autograd.Function):
     """Runs a compiled backward under create_graph=True; differentiating it again raises."""
 
     @staticmethod
-    def forward(ctx, plan: RuntimePlan, *inputs):
-        return tuple(plan.backward(list(inputs)))
+    def forward(ctx, backward: Callable, *inputs):
+        return tuple(backward(list(inputs)))
 
     @staticmethod
     def backward(ctx, *grads):

@@ -15,6 +15,7 @@ nodes, one node per distinct sub-expression:
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Callable
 
@@ -46,6 +47,16 @@ _BINARY: dict[type, Callable] = {
     sympy.Le: operator.le,
     sympy.Gt: operator.gt,
     sympy.Ge: operator.ge,
+    symfn.IntTrueDiv: operator.truediv,
+    symfn.FloatTrueDiv: operator.truediv,
+}
+
+# one-argument functions (int <-> float conversions)
+_UNARY: dict[type, Callable] = {
+    symfn.ToFloat: torch.sym_float,
+    symfn.TruncToInt: torch.sym_int,
+    symfn.FloorToInt: math.floor,
+    symfn.CeilToInt: math.ceil,
 }
 
 
@@ -90,6 +101,19 @@ class SymbolicValues:
                 expr = size.node.expr
                 if isinstance(expr, sympy.Symbol) and expr not in self.sources:
                     self.sources[expr] = (node, kind, dim, size)
+
+    def input_sources(self, placeholders: list[fx.Node]) -> dict:
+        """symbol -> (input index, "size" | "stride" | "offset" | "value", dim): where each
+        symbol bound to one of `placeholders` (in input order) is read from the inputs."""
+        index = {node: i for i, node in enumerate(placeholders)}
+        where = {}
+        for symbol, source in self.sources.items():
+            if isinstance(source, fx.Node):
+                if source in index:
+                    where[symbol] = (index[source], "value", 0)
+            elif source[0] in index:
+                where[symbol] = (index[source[0]], source[1], source[2])
+        return where
 
     # -- expressions ------------------------------------------------------------
     def node_for(self, value: Any, what: str = "a size") -> Any:
@@ -147,6 +171,15 @@ class SymbolicValues:
             return self._fold(expr.args, operator.mul, what)
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 0:
             return self._apply(operator.pow, (expr.base, expr.exp), what)
+        unary = _UNARY.get(type(expr))
+        if unary is not None and len(expr.args) == 1:
+            node, val = self._part(expr.args[0], what)
+            result = unary(val)
+            if not isinstance(node, fx.Node):
+                return result, result
+            new = self.graph.call_function(unary, (node,))
+            new.meta["val"] = result
+            return new, result
         op = _BINARY.get(type(expr))
         if op is not None and len(expr.args) >= 2:
             return self._fold(expr.args, op, what) if op in (torch.sym_max, torch.sym_min) \

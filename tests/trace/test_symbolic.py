@@ -53,3 +53,13 @@ def test_a_symbol_no_input_carries_is_a_clear_error():
     other = FakeTensorMode(shape_env=x.fake_mode.shape_env).from_tensor(torch.randn(9, 2))
     with pytest.raises(UnsupportedError, match="no input of the traced function carries"):
         values.node_for(other.shape[0] * 2, "the size of a view")
+
+
+def test_float_expressions_of_sizes():
+    graph, values, (x,) = _graph_with_inputs((6, 4))
+    n = x.shape[0] * x.shape[1]
+    graph.output((values.node_for(n / (n - 1)), values.node_for(torch.sym_float(n) * 0.5)))
+    gm = fx.GraphModule({}, graph)
+    for a, b in ((3, 5), (6, 4)):
+        got = gm(torch.randn(a, b))
+        assert got == pytest.approx((a * b / (a * b - 1), a * b * 0.5))
