@@ -97,11 +97,7 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     if not any(_is_symbolic(v) for v in examples):
         compiled = AotFunction(_ModuleAsFunction(gm, names), options)
         compiled.precompile(*params, *examples)
-
-        def run(*args):
-            return compiled(*params, *args)
-        run.compiled = compiled
-        return run
+        return _runner(compiled, params)
     # Symbolic sizes (torch.compile(dynamic=True), or automatic dynamic after a second size):
     # one graph for every size dynamo's guards admit. The SymInt inputs are not graph inputs:
     # each is a symbol of some tensor input's size, which the graph reads from that tensor
@@ -114,15 +110,17 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
         # views of one tensor, one mutated: the synthetic base is not symbolic yet, so this
         # graph is compiled per concrete shape at run time (docs/plan.md, issue 4)
         log.info("aotgrad: aliased mutated inputs with symbolic sizes; compiling per concrete shape")
-        static = AotFunction(_ModuleAsFunction(gm, names), options)
+        return _runner(AotFunction(_ModuleAsFunction(gm, names), options), params)
+    return _runner(compiled, params, skip=set(sizes))
 
-        def run_static(*args):
-            return static(*params, *args)
-        run_static.compiled = static
-        return run_static
 
-    def run(*args):
-        return compiled(*params, *[a for i, a in enumerate(args) if i not in sizes])
-
+def _runner(compiled: AotFunction, params: list, skip: set[int] = frozenset()):
+    """The backend's callable: compiled(*params, *args), leaving out the args at `skip`."""
+    if skip:
+        def run(*args):
+            return compiled(*params, *[a for i, a in enumerate(args) if i not in skip])
+    else:
+        def run(*args):
+            return compiled(*params, *args)
     run.compiled = compiled
     return run

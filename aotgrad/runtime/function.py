@@ -129,16 +129,13 @@ class CompiledFunction(torch.autograd.Function):
         for j, message in plan.backward_errors.items():
             if grads[j] is not None:
                 raise RuntimeError(message)
-        backward = plan.backward
         absent = tuple(k for k, j in enumerate(plan.tangent_sources) if grads[j] is None)
-        variant = plan.backward_without(absent) if absent else None
-        if variant is not None:  # run only what the given grads reach, as eager's engine does
-            backward = variant
-            tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
-                        for j, stride in zip(plan.tangent_sources, plan.tangent_strides) if grads[j] is not None]
-        else:
-            tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
-                        for j, stride in zip(plan.tangent_sources, plan.tangent_strides)]
+        backward = plan.backward_without(absent) if absent else None  # only what the given grads reach
+        if backward is None:
+            backward, absent = plan.backward, ()  # missing grads become zeros
+        tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
+                    for k, (j, stride) in enumerate(zip(plan.tangent_sources, plan.tangent_strides))
+                    if k not in absent]
         args = [*ctx.saved_tensors, *ctx.saved_sizes, *tangents]
         del tangents
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
