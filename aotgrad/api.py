@@ -118,11 +118,19 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     plan = RuntimePlan(forward, backward, traced.num_forward_outputs, traced.num_primals, traced.tangent_sources,
                        traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors,
                        _inputs_to_detach(traced), fw_gm.meta.get("num_saved_sizes", 0),
-                       bw_gm, options.bw_compiler or options.fw_compiler)
+                       bw_gm, options.bw_compiler or options.fw_compiler,
+                       saved_outputs=_saved_outputs(fw_gm, traced.num_forward_outputs))
     runtime = TrainingRuntime(plan, epilogue)
     if traced.inner_leaves:
         runtime = WithInnerLeaves(runtime, traced.inner_leaves)
     return runtime, fw_gm, bw_gm, guard
+
+
+def _saved_outputs(fw_gm: torch.fx.GraphModule, num_outputs: int) -> tuple[int, ...]:
+    """Which saved tensors the forward also returns as outputs (autograd keeps those apart)."""
+    outs = next(iter(fw_gm.graph.find_nodes(op="output"))).args[0]
+    returned = set(outs[:num_outputs])
+    return tuple(k for k, node in enumerate(outs[num_outputs:]) if node in returned)
 
 
 def _shape_guard(fake_mode, fakes: list) -> Callable[[list], bool]:

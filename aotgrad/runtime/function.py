@@ -40,9 +40,10 @@ class RuntimePlan:
     # the backward graph and its compiler, for the variants of calls where some outputs get no grad
     backward_graph: Any = None
     backward_compiler: Callable | None = None
+    saved_outputs: tuple[int, ...] = ()  # saved tensors the forward also returns as outputs
     _partial: dict = field(default_factory=dict)
 
-    def backward_without(self, absent: tuple[int, ...]) -> Callable | None:
+    def backward_without(self, absent: tuple[int, ...]) -> BackwardVariant | None:
         """The compiled backward for calls where the tangents at `absent` are missing (their
         outputs got no gradient), built on first use; None if there is no such variant."""
         if absent not in self._partial:
@@ -51,8 +52,10 @@ class RuntimePlan:
             if self.backward_graph is not None and self.backward_compiler is not None:
                 gm = without_tangents(self.backward_graph, set(absent))
                 if gm is not None:
-                    vals = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
-                    variant = as_boxed(self.backward_compiler(gm, vals))
+                    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+                    vals = [n.meta.get("val") for n in placeholders]
+                    reads = tuple(bool(n.users) for n in placeholders)
+                    variant = BackwardVariant(as_boxed(self.backward_compiler(gm, vals)), reads)
             self._partial[absent] = variant
         return self._partial[absent]
 
@@ -60,6 +63,17 @@ class RuntimePlan:
         self.tangent_strides = [_layout(stride) for stride in self.tangent_strides]
         self.forward = as_boxed(self.forward)
         self.backward = as_boxed(self.backward) if self.backward is not None else None
+
+
+@dataclass(frozen=True)
+class BackwardVariant:
+    """A backward compiled for one pattern of missing tangents, and which of its inputs
+    (saved values first, in order) it reads: eager's engine skips the backward of an
+    output that got no gradient, so a saved tensor only that backward reads may have been
+    modified in place since the forward without an error."""
+
+    run: Callable
+    reads: tuple[bool, ...]
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,7 @@ class CompiledFunction(torch.autograd.Function):
         ctx.plan = plan
         k = len(saved) - plan.num_saved_sizes
         ctx.save_for_backward(*saved[:k])
+        ctx.output_versions = [saved[i]._version for i in plan.saved_outputs]
         ctx.saved_sizes = saved[k:]
         ctx.out_meta = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outs]
         non_differentiable = [o for o, d in zip(outs, plan.differentiable)
@@ -130,13 +145,16 @@ class CompiledFunction(torch.autograd.Function):
             if grads[j] is not None:
                 raise RuntimeError(message)
         absent = tuple(k for k, j in enumerate(plan.tangent_sources) if grads[j] is None)
-        backward = plan.backward_without(absent) if absent else None  # only what the given grads reach
-        if backward is None:
-            backward, absent = plan.backward, ()  # missing grads become zeros
+        variant = plan.backward_without(absent) if absent else None  # only what the given grads reach
+        if variant is None:
+            backward, absent, saved = plan.backward, (), ctx.saved_tensors  # missing grads become zeros
+        else:
+            backward, saved = variant.run, _saved_tensors_read(ctx, variant.reads)
         tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
                     for k, (j, stride) in enumerate(zip(plan.tangent_sources, plan.tangent_strides))
                     if k not in absent]
-        args = [*ctx.saved_tensors, *ctx.saved_sizes, *tangents]
+        args = [*saved, *ctx.saved_sizes, *tangents]
+        del saved
         del tangents
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
             results = _BackwardOnce.apply(backward, *args)
@@ -147,6 +165,34 @@ class CompiledFunction(torch.autograd.Function):
         for k, i in enumerate(plan.grad_inputs):
             input_grads[i] = results[k]
         return (None, *input_grads)
+
+
+def _saved_tensors_read(ctx, reads: tuple[bool, ...]) -> tuple:
+    """ctx's saved tensors, with autograd's check that none was modified in place since the
+    forward made only for those the backward reads (`reads[i]`), as eager's engine checks
+    only the nodes it runs. Unread ones are passed unchecked (the graph ignores them)."""
+    try:
+        return ctx.saved_tensors  # the common case: nothing was modified
+    except RuntimeError as e:
+        if "modified by an inplace operation" not in str(e) or torch.is_grad_enabled():
+            raise  # freed by an earlier backward; or create_graph, where tensors need their history
+    raw = ctx._raw_saved_tensors
+    output_versions = dict(zip(ctx.plan.saved_outputs, ctx.output_versions))
+    saved = []
+    for i, entry in enumerate(raw):
+        if not reads[i]:
+            saved.append(entry.data)
+        elif i in output_versions:  # autograd unpacks a saved output only with its node at hand
+            tensor = entry.data
+            if tensor._version != output_versions[i]:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: an output of the compiled function of shape {list(tensor.shape)} is at version "
+                    f"{tensor._version}; expected version {output_versions[i]} instead.")
+            saved.append(tensor)
+        else:
+            saved.append(entry.unpack())  # autograd's own check and message
+    return tuple(saved)
 
 
 class _BackwardOnce(torch.autograd.Function):

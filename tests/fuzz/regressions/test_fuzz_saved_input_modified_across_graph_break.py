@@ -8,14 +8,13 @@ node unpacks every saved tensor (`ctx.saved_tensors`) and autograd's version che
 operation". PyTorch's aot_eager raises the same.
 
 Stage: runtime. The backward variant for the missing tangent (partition/absent_tangents.py)
-no longer reads `a`, but the saved tensors are unpacked all at once. A fix needs saved
-tensors grouped by the tangents whose backward reads them, unpacked per group.
+no longer read `a`, but the saved tensors were unpacked all at once. Fixed (session 4): when
+unpacking them all fails autograd's version check, `_saved_tensors_read` (runtime/function.py)
+unpacks one by one and checks only those the variant reads.
 """
-import pytest
 import torch
 
-from tests.fuzz.known import KnownBug
-from tests.fuzz.oracle import FuzzFailure, check_program
+from tests.fuzz.oracle import check_program
 
 
 def f(a):
@@ -33,14 +32,5 @@ def make_inputs():
     return [a], [l0]
 
 
-KNOWN = KnownBug(
-    reason="runtime: a saved input modified in place between two graphs (a graph break) fails the "
-           "version check of the whole backward, even when the given grads do not need it",
-    categories=("backward_crash",),
-    message=r"modified by an inplace operation",
-    backends=("compile",))
-
-
-@pytest.mark.xfail(strict=True, raises=FuzzFailure, reason=KNOWN.reason)
 def test_saved_input_modified_between_graphs():
     check_program(f, make_inputs)
