@@ -18,9 +18,9 @@ class Counting:
         return aotgrad.nop(gm, example_inputs)
 
 
-def _check_sweep(fn, make_inputs, sizes, compiler=None):
+def _check_sweep(fn, make_inputs, sizes, compiler=None, partition_fn=None):
     compiler = compiler or Counting()
-    compiled = aotgrad.aot_function(fn, compiler, dynamic=True)
+    compiled = aotgrad.aot_function(fn, compiler, dynamic=True, partition_fn=partition_fn)
     for n in sizes:
         inputs = make_inputs(n)
         twins = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
@@ -65,6 +65,18 @@ def test_backward_reads_saved_sizes():
         return x.sum(0, keepdim=True).expand(x.shape[0], -1) * x
     compiler = _check_sweep(fn, lambda n: (torch.randn(n, 3, requires_grad=True),), [2, 6, 11])
     assert len(compiler.graphs) == 2
+
+
+def test_min_cut_partition_saves_sizes_and_bytes_at_the_example_sizes():
+    def fn(x, w):
+        y = (x @ w).relu()
+        return y.reshape(-1, 2 * w.shape[1]).sum(0) * x.shape[0] + y.sin().mean()
+    compiler = _check_sweep(fn, lambda n: (torch.randn(2 * n, 4, requires_grad=True),
+                                           torch.randn(4, 3, requires_grad=True)),
+                            [3, 4, 10], partition_fn=aotgrad.min_cut_rematerialization_partition)
+    assert len(compiler.graphs) == 2
+    saved_sizes = compiler.graphs[0].meta.get("num_saved_sizes", 0)
+    assert saved_sizes > 0, compiler.graphs[0].code  # the backward's sizes are saved as ints
 
 
 def test_symbol_splitting_cat_then_matmuls():

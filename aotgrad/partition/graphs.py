@@ -146,7 +146,19 @@ def copy_saved_aliases(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, mutated_inp
     return fw_gm
 
 
+UNKNOWN_NUMEL = 4096  # elements assumed for a data-dependent size (no example value to go by)
+
+
 def tensor_bytes(val) -> int:
+    """Bytes of a tensor value; symbolic sizes count at the example's values (their hints)."""
     if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
+        return size_hint(val.numel()) * val.element_size()
     return 0
+
+
+def size_hint(n) -> int:
+    """An int, or a SymInt at the example's value (UNKNOWN_NUMEL if data-dependent)."""
+    if not isinstance(n, torch.SymInt):
+        return int(n)
+    hint = n.node.hint
+    return UNKNOWN_NUMEL if hint is None else int(hint)

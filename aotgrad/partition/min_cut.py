@@ -48,7 +48,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, 
     candidates = [n for n in joint_gm.graph.nodes
                   if n.op in ("placeholder", "call_function", "get_attr") and n not in tangent_dependent]
     for node in candidates:
-        capacity = tensor_bytes(node.meta.get("val")) if isinstance(node.meta.get("val"), torch.Tensor) else _INF
+        capacity = _capacity(node.meta.get("val"))
         flow.add_edge(f"{node.name}_in", f"{node.name}_out", capacity=capacity)
         if node.op != "call_function" or not is_recomputable(node):
             flow.add_edge("source", f"{node.name}_in", capacity=_INF)
@@ -68,6 +68,15 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, 
         saved = [n for n in joint_gm.graph.nodes if n in set(saved)]
     parts.backward_nodes = _backward_nodes(parts, saved)
     return build_forward(parts, saved), build_backward(parts, saved)
+
+
+def _capacity(val) -> float:
+    """What saving a value costs: a tensor its bytes, a size (dynamic shapes) one int."""
+    if isinstance(val, torch.Tensor):
+        return tensor_bytes(val)
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+        return 8
+    return _INF
 
 
 def _backward_nodes(parts, saved: list) -> list:
