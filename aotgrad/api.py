@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from aotgrad.errors import MutatedAliasedInputsError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
@@ -72,6 +73,15 @@ def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_n
                 "once and take the views inside the function, or pass `.clone()`s.", group)
 
 
+def _sharing_memory(fakes: Sequence[torch.Tensor], mutated: set[int]) -> set[int]:
+    """The mutated inputs and every input that shares memory with one, disjoint views of one
+    tensor included (`a` and `a[1:]` with `a` of one element): the write-back of a mutated
+    input bumps the version counter they all share, so a value the backward saves that views
+    any of them must be a copy (fuzz finding 33)."""
+    written = {StorageWeakRef(fakes[i].untyped_storage()) for i in mutated if i < len(fakes)}
+    return mutated | {i for i, f in enumerate(fakes) if StorageWeakRef(f.untyped_storage()) in written}
+
+
 def _span(t: torch.Tensor) -> tuple[int, int]:
     extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()) if size > 0)
     return t.storage_offset(), t.storage_offset() + extent + (1 if t.numel() else 0)
@@ -110,7 +120,8 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
         return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None, guard
     partition_fn = options.partition_fn or default_partition
     fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
-    fw_gm = copy_saved_aliases(fw_gm, bw_gm, {info.index for info in traced.analysis.mutated_inputs})
+    mutated = {info.index for info in traced.analysis.mutated_inputs}
+    fw_gm = copy_saved_aliases(fw_gm, bw_gm, _sharing_memory(fakes, mutated))
     forward = options.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
     backward = (options.bw_compiler or options.fw_compiler)(bw_gm, _placeholder_vals(bw_gm))
     with_grad = set(traced.tangent_sources) | set(traced.backward_errors)
@@ -206,10 +217,15 @@ class SyntheticBase:
     An output that is one of the rebuilt inputs itself (`return (a,)`) is the caller's
     tensor in eager, not a new view: `returned_inputs`, learnt while tracing, says which,
     and `run` hands back the caller's tensors there.
+
+    The views are traced at their example's sizes, strides and offsets, also with
+    dynamic=True (only the base's sizes are symbols): `matches` says whether a call's
+    inputs have that geometry, and other geometries compile again.
     """
 
     group: list[int]                       # positions among the unique inputs
     views: list[tuple]                     # (size, stride, storage_offset) of each, absolute
+    base: tuple                            # the base's (size, stride, storage_offset)
     returned_inputs: dict[int, int] = field(default_factory=dict)  # flat output -> unique input it is
 
     @staticmethod
@@ -217,8 +233,13 @@ class SyntheticBase:
         bases = {id(_base_of(unique[i])) for i in group}
         if len(bases) != 1:
             raise error
-        return SyntheticBase(group, [(tuple(unique[i].shape), unique[i].stride(), unique[i].storage_offset())
-                                     for i in group])
+        return SyntheticBase(group, [_geometry(unique[i]) for i in group], _geometry(_base_of(unique[group[0]])))
+
+    def matches(self, tensors: Sequence[torch.Tensor], keep: Sequence[int], base_too: bool) -> bool:
+        """Do these inputs have the traced views' geometry (and the base's, if `base_too`)?"""
+        unique = [tensors[i] for i in keep]
+        return ([_geometry(unique[i]) for i in self.group] == self.views
+                and (not base_too or _geometry(_base_of(unique[self.group[0]])) == self.base))
 
     def inputs(self, tensors: Sequence[torch.Tensor], keep: Sequence[int]) -> list[torch.Tensor]:
         unique = [tensors[i] for i in keep]
@@ -242,6 +263,10 @@ class SyntheticBase:
                                     if out is view}
             return outs
         return with_views
+
+
+def _geometry(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.storage_offset()
 
 
 def _base_of(t: torch.Tensor) -> torch.Tensor:
@@ -345,11 +370,19 @@ class AotFunction:
                                                         synthetic_base.inputs(tensors, keep),
                                                         self.options, fn_name=self.__name__)
         self.last_graphs = (fw_gm, bw_gm)
-        if guard is not None:
-            inputs_of = (lambda ts, kp: [ts[i] for i in kp]) if synthetic_base is None else synthetic_base.inputs
-            checked = guard
-            guard = lambda ts, kp: checked(inputs_of(ts, kp))  # noqa: E731
-        return _Entry(runtime, out_spec, synthetic_base, guard)
+        return _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base))
+
+
+def _entry_guard(sizes_guard: Callable | None, synthetic_base: SyntheticBase | None) -> Callable | None:
+    """When a cache entry fits a call: its inputs pass the trace's size guards (dynamic=True)
+    and, with a synthetic base, have the geometry of the traced views."""
+    if synthetic_base is None:
+        if sizes_guard is None:
+            return None
+        return lambda ts, kp: sizes_guard([ts[i] for i in kp])
+    static = sizes_guard is None
+    return lambda ts, kp: (synthetic_base.matches(ts, kp, base_too=static)
+                           and (static or sizes_guard(synthetic_base.inputs(ts, kp))))
 
 
 def _options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic) -> Options:

@@ -409,6 +409,19 @@ def test_input_returned_unchanged_with_a_synthetic_base_is_the_callers_tensor():
     assert out_a is a and out_b is b
 
 
+def test_a_synthetic_base_is_not_reused_for_a_base_of_another_size():
+    def fn(a, b):
+        a.mul_(2)
+        return a + b
+
+    compiled = aotgrad.aot_function(fn, aotgrad.nop)
+    for size in (5, 8, 5):  # the same views (a = base[:4], b = base[1:5]) of bases of two sizes
+        base = torch.randn(size)
+        twin = base.clone()
+        torch.testing.assert_close(compiled(base[:4], base[1:5]), fn(twin[:4], twin[1:5]))
+        torch.testing.assert_close(base, twin)
+
+
 def test_backward_does_not_reach_an_input_that_gets_no_gradient():
     def fn(a, b):
         unused = a - b  # noqa: F841  (b gets no gradient)

@@ -213,3 +213,21 @@ def test_data_dependent_sizes_are_read_at_run_time():
         fn(twin).backward()
         torch.testing.assert_close(x.grad, twin.grad)
     assert len(counting.graphs) == 2
+
+
+def test_mutated_overlapping_inputs_follow_each_calls_view_geometry():
+    """A synthetic base (mutated inputs sharing memory) is traced with its views' example
+    geometry; other geometries compile again instead of reusing the views' old sizes."""
+    def fn(a, b):
+        a.mul_(2)
+        return a + b
+
+    compiler = Counting()
+    compiled = aotgrad.aot_function(fn, compiler, dynamic=True)
+    for n, extra in [(4, 1), (6, 1), (6, 3), (9, 1), (4, 5)]:
+        base = torch.randn(n + extra)
+        twin = base.clone()
+        out = compiled(base[:n], base[1:n + 1])
+        torch.testing.assert_close(out, fn(twin[:n], twin[1:n + 1]))
+        torch.testing.assert_close(base, twin)
+    assert len(compiler.graphs) == 3  # one per view geometry (n = 4, 6, 9); the base's size is a symbol
