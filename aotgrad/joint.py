@@ -96,7 +96,7 @@ def _dense_strides(t: torch.Tensor) -> tuple:
     strides, expected = [], 1
     for size in reversed(t.shape):
         strides.append(expected)
-        expected *= max(int(size), 1)
+        expected *= torch.sym_max(size, 1)  # (a symbolic size stays a symbol: no guard on its value)
     return tuple(reversed(strides))
 
 

@@ -3,8 +3,8 @@
 In: a GraphModule (parameters lifted as inputs, or still attributes), or any nn.Module,
 and example inputs (fake tensors of torch.compile's fake mode, maybe ints). Out: a callable over
 the same flat inputs. The graph is run node by node under the recorder so every aten
-op keeps the user's source line and module path. Graphs with symbolic sizes are, until
-dynamic shapes land, specialised per concrete shape at run time (logged at debug).
+op keeps the user's source line and module path. Graphs with symbolic sizes compile once
+for every size dynamo's guards admit (see compile_graph_module).
 """
 from __future__ import annotations
 
@@ -38,9 +38,11 @@ class _ModuleAsFunction:
     values (lifted as graph inputs). Under the recorder a GraphModule is run node by
     node, so its aten ops keep the user's source lines; any other module just runs."""
 
-    def __init__(self, module: torch.nn.Module, attr_names: list[str], size_inputs: dict[int, Any] | None = None):
+    def __init__(self, module: torch.nn.Module, attr_names: list[str], size_inputs: dict[int, Any] | None = None,
+                 carried_sizes: frozenset[int] = frozenset()):
         self.module, self.attr_names = module, attr_names
         self.size_inputs = size_inputs or {}  # position -> the SymInt torch.compile passed there
+        self.carried_sizes = carried_sizes    # positions of sizes passed as a SizeCarrier tensor
         self.__name__ = "torch.compile graph" if isinstance(module, fx.GraphModule) else type(module).__name__
 
     def __call__(self, *values):
@@ -48,6 +50,8 @@ class _ModuleAsFunction:
         inputs = list(values[len(self.attr_names):])
         for position in sorted(self.size_inputs):  # traced from the tensors' sizes (see below)
             inputs.insert(position, self.size_inputs[position])
+        for position in self.carried_sizes:
+            inputs[position] = inputs[position].shape[0]
         recorder = _get_current_dispatch_mode()
         if isinstance(self.module, fx.GraphModule) and isinstance(recorder, GraphRecorder):
             return UserGraphRunner(self.module, recorder, attrs).run(*inputs)
@@ -99,11 +103,17 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
         compiled.precompile(*params, *examples)
         return _runner(compiled, params)
     # Symbolic sizes (torch.compile(dynamic=True), or automatic dynamic after a second size):
-    # one graph for every size dynamo's guards admit. The SymInt inputs are not graph inputs:
-    # each is a symbol of some tensor input's size, which the graph reads from that tensor
-    # (trace/symbolic.py); a symbol no tensor carries is a clear error at trace time.
+    # one graph for every size dynamo's guards admit. A SymInt input whose symbol some tensor
+    # input's size has is not a graph input: the graph reads it from that tensor
+    # (trace/symbolic.py). One no tensor has (an int argument, an `.item()` from an earlier
+    # graph) is passed as the size of a tensor that holds no memory.
     sizes = {i: v for i, v in enumerate(examples) if isinstance(v, (torch.SymInt, int))}
-    compiled = AotFunction(_ModuleAsFunction(gm, names, sizes), dataclasses.replace(options, dynamic=True))
+    carried = _uncarried_sizes(examples, sizes)
+    for i in carried:  # a size no tensor input has (an int argument): passed as a tensor of that size
+        with TracingContext.get().fake_mode:
+            examples[i] = torch.empty(()).expand(sizes.pop(i))
+    compiled = AotFunction(_ModuleAsFunction(gm, names, sizes, frozenset(carried)),
+                           dataclasses.replace(options, dynamic=True))
     try:
         compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
     except MutatedAliasedInputsError:
@@ -111,12 +121,40 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
         # graph is compiled per concrete shape at run time (docs/plan.md, issue 4)
         log.info("aotgrad: aliased mutated inputs with symbolic sizes; compiling per concrete shape")
         return _runner(AotFunction(_ModuleAsFunction(gm, names), options), params)
-    return _runner(compiled, params, skip=set(sizes))
+    return _runner(compiled, params, skip=set(sizes), carried=carried)
 
 
-def _runner(compiled: AotFunction, params: list, skip: set[int] = frozenset()):
-    """The backend's callable: compiled(*params, *args), leaving out the args at `skip`."""
-    if skip:
+_CARRIER_BASE = torch.empty(())
+
+
+def _size_carrier(n):
+    """A tensor whose one size is n and that holds no memory (a 0-d tensor expanded): the
+    graph reads n as its size, so an int argument becomes a symbol the trace can read."""
+    return _CARRIER_BASE.expand(n)
+
+
+def _uncarried_sizes(examples: list, sizes: dict[int, Any]) -> list[int]:
+    """Positions of SymInt inputs whose symbol no tensor input's size, stride or offset has."""
+    symbols = set()
+    for v in examples:
+        if isinstance(v, torch.Tensor):
+            for s in (*v.shape, *v.stride(), v.storage_offset()):
+                if isinstance(s, torch.SymInt):
+                    symbols |= s.node.expr.free_symbols
+    return [i for i, v in sizes.items()
+            if isinstance(v, torch.SymInt) and not v.node.expr.free_symbols <= symbols]
+
+
+def _runner(compiled: AotFunction, params: list, skip: set[int] = frozenset(), carried: Sequence[int] = ()):
+    """The backend's callable: compiled(*params, *args), leaving out the args at `skip` and
+    passing those at `carried` as size carriers."""
+    if carried:
+        def run(*args):
+            args = list(args)
+            for i in carried:
+                args[i] = _size_carrier(args[i])
+            return compiled(*params, *[a for i, a in enumerate(args) if i not in skip])
+    elif skip:
         def run(*args):
             return compiled(*params, *[a for i, a in enumerate(args) if i not in skip])
     else:

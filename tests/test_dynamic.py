@@ -79,6 +79,13 @@ def test_min_cut_partition_saves_sizes_and_bytes_at_the_example_sizes():
     assert saved_sizes > 0, compiler.graphs[0].code  # the backward's sizes are saved as ints
 
 
+def test_an_expanded_output_keeps_its_sizes_symbolic():
+    def fn(x):
+        return (x * 2).unsqueeze(0).expand(3, -1, -1)  # a view of an intermediate, replayed per call
+    compiler = _check_sweep(fn, lambda n: (torch.randn(n, n + 1, requires_grad=True),), [3, 5, 8])
+    assert len(compiler.graphs) == 2
+
+
 def test_symbol_splitting_cat_then_matmuls():
     w1, w2 = torch.randn(16, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
 
@@ -186,6 +193,26 @@ def test_automatic_dynamic_second_size_recompiles_once():
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
     counts = _train_sweep(model, lambda n: (torch.randn(n, 8),), [4, 6, 9, 12], dynamic=None)
     assert counts == [1, 2, 2, 2]  # static first, one dynamic recompile, none after
+
+
+def test_an_int_argument_no_tensor_has_is_a_graph_input():
+    """torch.compile(dynamic=True) makes an int argument a SymInt input that no tensor's size
+    carries; aotgrad passes it as a size of a tensor that holds no memory."""
+    def fn(x, n, k):
+        return (x * n).sin().reshape(k, -1).sum(0) + n
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    for n, k in [(3, 2), (4, 3), (7, 6), (5, 2)]:
+        x = torch.randn(12, requires_grad=True)
+        twin = x.detach().clone().requires_grad_()
+        out, expected = compiled(x, n, k), fn(twin, n, k)
+        torch.testing.assert_close(out, expected)
+        out.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(x.grad, twin.grad)
+    assert backend.compiles == 1
 
 
 def test_outputs_viewing_inputs_are_rebuilt_with_each_calls_sizes():
