@@ -12,7 +12,9 @@ through `x.t()`, as in eager.
     after:  add = aten.add(select, 1); x_1 = aten.select_scatter(x, add, 0, 0)
 
 Graph outputs read the final values, so a mutated input's slot in the output
-holds its new value (joint.py put the input there).
+holds its new value (joint.py put the input there). A written intermediate keeps eager's
+layout, as eager's in-place and out= ops keep their target's strides (`copy` into it where
+the functional op laid its result out otherwise; strides of size-1 dims may still differ).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import torch.utils._pytree as pytree
 from torch import fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import disable_fake_tensor_cache
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from aotgrad.analysis import overlaps_itself
 from aotgrad.errors import UnsupportedError
@@ -147,7 +150,9 @@ class _Functionalizer:
 
     def _check_same_layout(self, root: _Root, action: str) -> None:
         current = root.value.meta["val"]
-        if tuple(current.stride()) != tuple(root.val.stride()):
+        # strides of size-1 dims put no element elsewhere: offsets read the same memory
+        if current.dim() != root.val.dim() or any(
+                n != 1 and a != b for n, a, b in zip(current.shape, current.stride(), root.val.stride())):
             raise UnsupportedError(
                 f"aotgrad cannot {action} a tensor after it was mutated: the mutated tensor "
                 f"(shape {tuple(root.val.shape)}) now has strides {tuple(current.stride())} in the "
@@ -192,11 +197,14 @@ class _Functionalizer:
                 "To continue: pass the tensor as an argument, or register it as a module buffer."
                 + self._where())
         if not ref.chain:
-            root.value = new
+            new_root = new
         elif all(rules.scatter_step(step.op) for step in ref.chain):
-            root.value = self._scatter_through_chain(root, ref.chain, new)
+            new_root = self._scatter_through_chain(root, ref.chain, new)
         else:
-            root.value = self._scatter_as_strided(root, ref, new)
+            new_root = self._scatter_as_strided(root, ref, new)
+        root.value = self._keep_layout(root, new_root)
+        if not ref.chain:
+            new = root.value
         root.version += 1
         ref.cached, ref.cached_version = new, root.version
         self.plan.num_mutations += 1
@@ -208,6 +216,22 @@ class _Functionalizer:
         if val.dtype == like.dtype:
             return new
         return self.emit(aten._to_copy.default, (new,), {"dtype": like.dtype})
+
+    def _keep_layout(self, root: _Root, new: fx.Node) -> fx.Node:
+        """An intermediate's new value, laid out as the old one: eager's in-place and out= ops
+        keep their target's strides, a functional op picks its own. Before: `v0 = x.t() * 1;
+        torch.add(b, 1, out=v0)` gives `add = aten.add(b, 1)`, contiguous where eager's v0 is
+        transposed. After: `copy = aten.copy(mul, add)`, laid out as `mul`. Views of v0 that
+        the epilogue rebuilds (`v0[1]`) then get eager's strides and offsets.
+
+        Inputs are left alone (the epilogue copies their new value into them), and so are
+        strides of size-1 dims (the same memory either way; see `RestrideBase` in the epilogue).
+        """
+        current, value = root.value.meta["val"], new.meta["val"]
+        if (root.origin != "intermediate" or not isinstance(value, torch.Tensor)
+                or not _known_equal(value.shape, current.shape) or _same_element_offsets(value, current)):
+            return new
+        return self.emit(aten.copy.default, (root.value, new))
 
     def _scatter_through_chain(self, root: _Root, chain: tuple, new: fx.Node) -> fx.Node:
         parents = [root.value]
@@ -446,6 +470,21 @@ class _MultiView:
 
     def step_for(self, index: int) -> ViewStep:
         return ViewStep(self.step.op, self.step.args, self.step.kwargs, index)
+
+
+def _known_equal(a: tuple, b: tuple) -> bool:
+    """Equal sizes or strides, without adding guards for symbolic ones (unknown: not equal)."""
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
+def _same_element_offsets(t: torch.Tensor, other: torch.Tensor) -> bool:
+    """Do two tensors of one shape place every element at the same offset from their start,
+    i.e. are their strides equal on every dim of size > 1? (Symbolic: only if known, no guards.)
+
+        (3, 1) strides (1, 3) and (1, 1): yes      (3, 4) strides (1, 3) and (4, 1): no
+    """
+    return all(statically_known_true(n <= 1) or statically_known_true(a == b)
+               for n, a, b in zip(t.shape, t.stride(), other.stride()))
 
 
 def _val_of(a: Any) -> Any:

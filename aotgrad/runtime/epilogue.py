@@ -48,6 +48,32 @@ def _same_layout(t: torch.Tensor, stride: tuple) -> bool:
 
 
 @dataclass(frozen=True)
+class RestrideBase:
+    """Forward output `index`, which other outputs view, given its traced (eager's) strides
+    where the compiled forward laid it out otherwise on dims of size 1 only: an `as_strided`
+    of the same memory, the same elements. Views replayed on it then get eager's strides.
+
+    (`v0 = a.amax(2); v2 = v0.t(); v2.add_(ones(1, 3))`: v0's new value is
+    `t(add(t(v0), ones))`, strides (1, 3) where eager's v0 keeps (1, 1); `v0.unfold(-1, 1, 2)`
+    replayed on it has strides (1, 6, 3), eager's (1, 2, 1).) Strides that differ on a larger
+    dim cannot be fixed without a copy: functionalize keeps written intermediates in eager's
+    layout, and the view replay gives the same elements either way.
+    """
+
+    index: int
+    stride: tuple
+    symbolic: bool = False  # the traced strides are SymInts: made concrete per call
+
+    def concrete(self, env: dict) -> "RestrideBase":
+        return RestrideBase(self.index, concrete(self.stride, env))
+
+    def run(self, outs: list) -> None:
+        base = outs[self.index]
+        if base.stride() != self.stride and _same_layout(base, self.stride):
+            outs[self.index] = base.as_strided(base.shape, self.stride, base.storage_offset())
+
+
+@dataclass(frozen=True)
 class RebuildOutput:
     """One user output, from its kind: a forward output, an input, or a view of either.
 
@@ -114,6 +140,7 @@ class Epilogue:
     grad_mode_after: bool | None = None
     leaf_outputs: list[int] = field(default_factory=list)
     sizes: SymbolSources | None = None  # dynamic shapes: where the symbols of symbolic steps are read
+    restrides: list[RestrideBase] = field(default_factory=list)  # run before the outputs are rebuilt
 
     def __post_init__(self):
         # (input index, slot) of the quiet write-backs, run together; the others one by one
@@ -140,8 +167,10 @@ class Epilogue:
                                          info.storage_offset, info.requires_grad, base_stride, info.value,
                                          info.replay, symbolic))
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
-        sizes = SymbolSources(symbol_sources) if any(o.symbolic for o in outputs) else None
-        return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs), sizes)
+        restrides = _restride_bases(analysis, symbol_sources or {})
+        symbolic = any(o.symbolic for o in outputs) or any(r.symbolic for r in restrides)
+        sizes = SymbolSources(symbol_sources) if symbolic else None
+        return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs), sizes, restrides)
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
         if self._quiet:
@@ -153,6 +182,10 @@ class Epilogue:
             outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
         built: list[Any] = []
         env = self.sizes.bind(inputs) if self.sizes is not None else None
+        if self.restrides:
+            outs = list(outs)
+            for restride in self.restrides:
+                (restride.concrete(env) if restride.symbolic else restride).run(outs)
         for step in self.outputs:
             if step.symbolic:
                 step = step.concrete(env)
@@ -162,7 +195,26 @@ class Epilogue:
         return built
 
     def __repr__(self) -> str:
-        lines = [f"  {s}" for s in self.write_backs + self.outputs]
+        lines = [f"  {s}" for s in self.write_backs + self.restrides + self.outputs]
         if self.grad_mode_after is not None:
             lines.append(f"  set_grad_enabled({self.grad_mode_after})")
         return "Epilogue(\n" + "\n".join(lines) + "\n)"
+
+
+def _restride_bases(analysis: ForwardAnalysis, symbol_sources: dict) -> list[RestrideBase]:
+    """A restride step for each forward output that other outputs view, except leaves made
+    inside (a view of one is no leaf) and traced strides that read symbols no input carries
+    (data-dependent sizes: eager's strides are not known per call)."""
+    bases = {info.index for info in analysis.outputs if info.kind is OutputKind.ALIAS_OF_OUTPUT}
+    steps = []
+    for j in sorted(bases - set(analysis.leaf_outputs)):
+        stride = tuple(analysis.forward_output_strides[j])
+        symbolic = has_symbols(stride)
+        if symbolic and not _free_symbols(stride) <= set(symbol_sources):
+            continue
+        steps.append(RestrideBase(j, stride, symbolic))
+    return steps
+
+
+def _free_symbols(values: tuple) -> set:
+    return set().union(*(v.node.expr.free_symbols for v in values if isinstance(v, torch.SymInt)))

@@ -199,3 +199,69 @@ def test_graph_values_record_shapes_from_before_a_later_metadata_mutation():
         if isinstance(value, torch.Tensor):
             assert tuple(node.meta["val"].shape) == tuple(value.shape), node.format_node()
     assert_same_as_eager(fn, [torch.randn(32, requires_grad=True)])
+
+
+# -- layouts of written intermediates -------------------------------------------
+
+def _layouts(outs) -> list[tuple]:
+    return [(tuple(o.shape), o.stride(), o.storage_offset()) for o in outs]
+
+
+def _transposed_written_by_out_variant(a, b):
+    v0 = a.t() * 1                # (3, 4), strides (1, 3)
+    torch.add(b, 1, out=v0)       # eager keeps v0's strides; aten.add(b, 1) is contiguous
+    return v0, v0[0], v0[1]
+
+
+def test_out_variant_into_a_transposed_intermediate_keeps_its_layout():
+    def fn(a, b):
+        return _transposed_written_by_out_variant(a, b)[0]
+    gm, _ = functionalize(_trace(fn, torch.randn(4, 3), torch.randn(3, 4)).gm)
+    assert any(n.target is torch.ops.aten.copy.default for n in gm.graph.nodes)
+    out = gm.graph.output_node().args[0][0]
+    assert out.meta["val"].stride() == (1, 3)
+    assert gm(torch.randn(4, 3), torch.randn(3, 4))[0].stride() == (1, 3)
+
+
+def test_views_of_an_intermediate_written_by_an_out_variant_have_eagers_strides_and_offsets():
+    a, b = torch.randn(4, 3), torch.randn(3, 4)
+    expected = _transposed_written_by_out_variant(a.clone(), b.clone())
+    actual = aotgrad.aot_function(_transposed_written_by_out_variant, aotgrad.nop)(a.clone(), b.clone())
+    assert _layouts(actual) == _layouts(expected)  # v0[1] at offset 1, not 4
+    torch.testing.assert_close(list(actual), list(expected))
+    actual[0].mul_(2)
+    expected[0].mul_(2)
+    torch.testing.assert_close(list(actual), list(expected))
+
+
+def test_in_place_op_with_a_contiguous_functional_form_keeps_the_targets_layout():
+    def fn(a, m1, m2):
+        v0 = a.t() * 1
+        v0.addmm_(m1, m2)         # aten.addmm makes a contiguous result
+        return v0[1:], v0.t()
+    args = [torch.randn(4, 3, requires_grad=True), torch.randn(3, 2), torch.randn(2, 4, requires_grad=True)]
+    expected = fn(*[t.detach() for t in args])
+    actual = aotgrad.aot_function(fn, aotgrad.nop)(*[t.detach() for t in args])
+    assert _layouts(actual) == _layouts(expected)
+    assert_same_as_eager(fn, args)
+
+
+def test_written_input_is_left_in_the_functional_layout_for_the_write_back():
+    def fn(a, b):
+        torch.add(b, 1, out=a)    # the epilogue copies the new value into `a`: no relayout here
+        return a.sum()
+    gm, plan = functionalize(_trace(fn, torch.randn(4, 3).t(), torch.randn(3, 4)).gm)
+    assert plan.mutated_placeholders == [0]
+    assert not any(n.target is torch.ops.aten.copy.default for n in gm.graph.nodes)
+    assert_same_as_eager(fn, [torch.randn(4, 3).t(), torch.randn(3, 4)])
+
+
+def test_as_strided_write_after_a_write_that_restrided_a_size_one_dim_matches_eager():
+    # the new value of v0 has strides (1, 3) where eager's has (1, 1): the same offsets for every
+    # element, so the as_strided write reads and writes where eager's does (was an UnsupportedError)
+    def fn(a):
+        v0 = a.sum(2)
+        v0.t().add_(torch.ones(1, 3))
+        v0.as_strided((2,), (1,), 1).mul_(3)
+        return v0 * 1
+    assert_same_as_eager(fn, [torch.randn(3, 1, 1, requires_grad=True)])
