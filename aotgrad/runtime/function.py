@@ -125,7 +125,7 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx, plan: RuntimePlan, *args):
         results = plan.forward(list(args))
         n = plan.num_forward_outputs
-        outs, saved = tuple(results[:n]), results[n:]
+        outs, saved = tuple(_not_a_view(o, args) for o in results[:n]), results[n:]
         ctx.plan = plan
         k = len(saved) - plan.num_saved_sizes
         ctx.save_for_backward(*saved[:k])
@@ -165,6 +165,17 @@ class CompiledFunction(torch.autograd.Function):
         for k, i in enumerate(plan.grad_inputs):
             input_grads[i] = results[k]
         return (None, *input_grads)
+
+
+def _not_a_view(out: Any, inputs: tuple) -> Any:
+    """An output that views a value made inside the graph (a written intermediate comes out
+    as `t(add(t(v), 1))`) as a plain tensor on the same memory: autograd would mark a view
+    returned by a Function as made inside it and reject in-place writes through it, and
+    through views of it, that eager accepts. `detach()` keeps the version counter, so a
+    write to the output still trips the check of a saved value that shares its memory."""
+    if isinstance(out, torch.Tensor) and out._base is not None and not any(out._base is a for a in inputs):
+        return out.detach()
+    return out
 
 
 def _saved_tensors_read(ctx, reads: tuple[bool, ...]) -> tuple:

@@ -93,3 +93,32 @@ def test_retain_graph_keeps_the_saved_tensors_for_a_second_backward():
 def _compile(f, partition: str = "default"):
     partition_fn = aotgrad.default_partition if partition == "default" else aotgrad.min_cut_rematerialization_partition
     return aotgrad.aot_function(f, aotgrad.nop, partition_fn=partition_fn)
+
+
+def _returns_a_written_intermediate(a):
+    v0 = a * 2
+    v0.t().add_(1)  # v0's new value comes out of the graph as a view: t(add(t(v0), 1))
+    return v0, v0[0], v0 * v0
+
+
+def test_writes_through_an_output_that_the_graph_made_as_a_view_work_as_in_eager():
+    compiled = _compile(_returns_a_written_intermediate)
+    grads = []
+    for f in (_returns_a_written_intermediate, compiled):
+        a = torch.randn(3, 3, requires_grad=True, generator=torch.Generator().manual_seed(0))
+        v0, row, _ = f(a)
+        row.mul_(2)  # with grad enabled, through a view of the output
+        (v0.sum() + row.sum()).backward()
+        grads.append((v0.detach(), a.grad))
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_a_write_to_such_an_output_still_trips_the_saved_values_version_check():
+    compiled = _compile(_returns_a_written_intermediate)
+    for f in (_returns_a_written_intermediate, compiled):
+        a = torch.randn(3, 3, requires_grad=True)
+        v0, _, square = f(a)
+        with torch.no_grad():
+            v0.add_(1)  # square's backward reads v0
+        with pytest.raises(RuntimeError, match=VERSION_ERROR):
+            square.sum().backward()
