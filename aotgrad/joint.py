@@ -20,11 +20,13 @@ passes a fresh stand-in leaf there), with its grad among the grads.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -336,6 +338,15 @@ def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: Fak
     the backward is traced when grad mode is on and a gradient reaches one, even if no
     input requires grad.
     """
+    # With symbolic sizes, composite ops run PyTorch's Python kernels (C++ ones want ints)
+    python_kernels = enable_python_dispatcher() if fake_mode.shape_env is not None else contextlib.nullcontext()
+    with python_kernels:
+        return _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name,
+                            outputs_as_returned, inner_leaf_grads)
+
+
+def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name, outputs_as_returned,
+                 inner_leaf_grads) -> TracedJoint:
     recorder = GraphRecorder(fake_mode, decompositions)
     leaves, values = _prepare_primals(recorder, primals, trace_backward)
     before = [InputState.of(v) for v in values]

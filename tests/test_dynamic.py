@@ -86,6 +86,19 @@ def test_an_expanded_output_keeps_its_sizes_symbolic():
     assert len(compiler.graphs) == 2
 
 
+def test_composite_ops_run_their_python_kernels_with_symbolic_sizes():
+    """Ops whose C++ composite kernels want int sizes (addcmul, diag, trace, rfft, softshrink)
+    trace through PyTorch's Python kernels when sizes are symbols."""
+    def fn(x, y):
+        square = torch.addcmul(x, x, y) @ x.t()
+        spectrum = torch.fft.rfft(x).abs().sum(-1)
+        return torch.diag(square).sum() + torch.trace(square) + spectrum.sum() \
+            + torch.nn.functional.softshrink(y).sum()
+    compiler = _check_sweep(fn, lambda n: (torch.randn(n, 2 * n, requires_grad=True),
+                                           torch.randn(n, 2 * n, requires_grad=True)), [3, 5, 8])
+    assert len(compiler.graphs) == 2
+
+
 def test_symbol_splitting_cat_then_matmuls():
     w1, w2 = torch.randn(16, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
 
