@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 
 
@@ -107,6 +108,9 @@ class ForwardAnalysis:
     # forward outputs made leaves requiring grad inside the function (`nn.Parameter(...)`,
     # `t.requires_grad_()`): returned as leaves, as in eager, not as outputs of the Function
     leaf_outputs: list[int] = field(default_factory=list)
+    # dynamic shapes: data-dependent symbols the epilogue needs, each returned by the forward
+    # as a 0-d tensor (symbol -> forward output index)
+    symbol_outputs: dict = field(default_factory=dict)
 
     @property
     def mutated_inputs(self) -> list[InputInfo]:
@@ -126,12 +130,26 @@ def overlaps_itself(t: torch.Tensor) -> bool:
 
 
 def is_dense_layout(shape: Sequence[int], stride: Sequence[int]) -> bool:
-    """Do these strides describe a dense, non-overlapping layout (a permutation of contiguous)?"""
+    """Do these strides describe a dense, non-overlapping layout (a permutation of contiguous)?
+    Symbolic sizes: yes only if known for every size the symbols may take (no guards added)."""
+    if any(isinstance(v, torch.SymInt) for v in (*shape, *stride)):
+        return _known_dense(shape, stride)
     expected = 1
     for size, st in sorted(zip(shape, stride), key=lambda p: p[1]):
         if size != 1 and st != expected:
             return False
         expected *= size
+    return True
+
+
+def _known_dense(shape: Sequence, stride: Sequence) -> bool:
+    hints = [s.node.hint if isinstance(s, torch.SymInt) else s for s in stride]
+    order = sorted(range(len(stride)), key=lambda d: (hints[d] is None, hints[d] or 0, -d))
+    expected = 1
+    for d in order:
+        if not (statically_known_true(shape[d] == 1) or statically_known_true(stride[d] == expected)):
+            return False
+        expected = expected * shape[d]
     return True
 
 

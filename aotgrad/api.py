@@ -114,7 +114,8 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     gm, fplan = functionalize(traced.gm)
     options.stages = [f"trace: {len(traced.gm.graph.nodes)} nodes", str(fplan)]
     log.debug("aotgrad %s\n%s", fn_name, "\n".join(options.stages))
-    epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after, traced.symbol_sources)
+    epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after, traced.symbol_sources,
+                             traced.scalar_outputs)
     if not traced.traced_backward:
         compiler = options.inference_compiler or options.fw_compiler
         return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None, guard

@@ -85,6 +85,7 @@ class TracedJoint:
     gradless_inputs: list[int] = field(default_factory=list)  # require grad, but the backward gives None
     inner_leaves: list[InnerLeaf] = field(default_factory=list)  # primals after fn's own, in order
     symbol_sources: dict = field(default_factory=dict)  # dynamic shapes: symbol -> where inputs carry it
+    scalar_outputs: list[int] = field(default_factory=list)  # symbolic numbers fn returns (0-d tensors here)
 
 
 def _is_differentiable(t: torch.Tensor) -> bool:
@@ -317,13 +318,54 @@ def _run_forward(recorder: GraphRecorder, fn: Callable, values: Sequence[torch.T
     try:
         with recorder.fake_mode, recorder:
             outs = list(fn(*values))
+            scalars = [k for k, out in enumerate(outs) if _is_symbolic_scalar(out)]
+            for k in scalars:  # computed in the graph, returned as a 0-d tensor, `.item()`ed after
+                outs[k] = torch.scalar_tensor(outs[k], dtype=_SCALAR_DTYPES[type(outs[k])])
     except Exception as e:
         _reject_writes_into_overlapping_non_leaves(e, primals, values, fn_name)
         _reraise(e, fn_name, in_backward=False)
     finally:
         grad_mode_after = torch.is_grad_enabled()
         torch.set_grad_enabled(grad_mode)
-    return outs, grad_mode_after
+    return outs, grad_mode_after, scalars
+
+
+def _return_symbols_the_epilogue_needs(recorder: GraphRecorder, analysis: ForwardAnalysis) -> None:
+    """The epilogue rebuilds outputs that view inputs or intermediates from recorded sizes
+    and view arguments; a symbol there that neither an input nor a forward output's size
+    carries (`x.narrow(0, start.item(), 2)`) is returned by the forward as a 0-d tensor."""
+    needed = set()
+    for info in analysis.outputs:
+        steps = [(s.args, s.kwargs) for s in info.replay or ()]
+        needed |= _free_symbols((info.size, info.stride, info.storage_offset, steps))
+    carried = set(recorder.symbolic.input_sources(
+        [n for n in recorder.graph.nodes if n.op == "placeholder"]))
+    carried |= _free_symbols([(tuple(o.shape), o.stride()) for o in analysis.forward_outputs])
+    for symbol in sorted(needed - carried, key=str):
+        value = recorder.symbolic.value_of(symbol)
+        if value is None:
+            continue  # the epilogue reports it, naming the symbol
+        with recorder.fake_mode, recorder:
+            out = torch.scalar_tensor(value, dtype=_SCALAR_DTYPES[type(value)])
+        analysis.symbol_outputs[symbol] = len(analysis.forward_outputs)
+        analysis.forward_outputs.append(out)
+        analysis.forward_output_strides.append(())
+
+
+def _free_symbols(value: Any) -> set:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return set(value.node.expr.free_symbols)
+    if isinstance(value, (tuple, list)):
+        return set().union(*(_free_symbols(v) for v in value))
+    return set()
+
+
+_SCALAR_DTYPES = {torch.SymInt: torch.int64, torch.SymFloat: torch.float64, torch.SymBool: torch.bool}
+
+
+def _is_symbolic_scalar(value: Any) -> bool:
+    """A Python number that depends on symbolic sizes or tensor values (dynamic shapes)."""
+    return type(value) in _SCALAR_DTYPES and bool(value.node.expr.free_symbols)
 
 
 def trace_joint(fn: Callable, primals: Sequence[torch.Tensor], *, fake_mode: FakeTensorMode,
@@ -350,7 +392,7 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
     recorder = GraphRecorder(fake_mode, decompositions)
     leaves, values = _prepare_primals(recorder, primals, trace_backward)
     before = [InputState.of(v) for v in values]
-    outs, grad_mode_after = _run_forward(recorder, fn, values, fn_name, primals)
+    outs, grad_mode_after, scalar_outputs = _run_forward(recorder, fn, values, fn_name, primals)
 
     inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.written_storages,
                             recorder.unbumped_storages)
@@ -370,6 +412,7 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
     for k, leaf in enumerate(inner):
         with fake_mode:
             recorder.placeholder(f"primals_{len(primals) + k + 1}", InnerLeaf.of(leaf).stand_in())
+    _return_symbols_the_epilogue_needs(recorder, analysis)
     forward_outputs = analysis.forward_outputs + [values[info.index] for info in analysis.mutated_inputs]
 
     backward = _TracedBackward()
@@ -387,4 +430,4 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
     return TracedJoint(gm, analysis, len(values), len(forward_outputs), backward.tangent_sources,
                        backward.tangent_strides, backward.grad_inputs, grad_mode_after, trace_backward,
                        backward.backward_errors, backward.gradless_inputs, [InnerLeaf.of(t) for t in inner],
-                       recorder.symbolic.input_sources(primal_nodes))
+                       recorder.symbolic.input_sources(primal_nodes), scalar_outputs)

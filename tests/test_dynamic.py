@@ -86,6 +86,30 @@ def test_an_expanded_output_keeps_its_sizes_symbolic():
     assert len(compiler.graphs) == 2
 
 
+def test_views_of_data_dependent_intermediates_read_their_sizes_from_the_forward():
+    def fn(x):
+        return torch.nonzero(x > 0, as_tuple=True)  # views of one (u0, 1) intermediate
+    compiled = aotgrad.aot_function(fn, aotgrad.nop, dynamic=True)
+    for n in (4, 7):
+        x = torch.randn(n, 3)
+        for got, expected in zip(compiled(x), fn(x)):
+            assert got.shape == expected.shape
+            torch.testing.assert_close(got, expected)
+
+
+def test_a_view_of_an_input_at_a_data_dependent_offset_is_rebuilt_per_call():
+    def fn(x, start):
+        return x.narrow(0, start.item(), 2), x.sum()  # the offset is read from a tensor
+    counting = Counting()
+    compiled = aotgrad.aot_function(fn, counting, dynamic=True)
+    for n, start in [(5, 1), (7, 3), (6, 0), (6, -3)]:
+        x = torch.randn(n, 3, requires_grad=True)
+        got, expected = compiled(x, torch.tensor(start)), fn(x, torch.tensor(start))
+        assert got[0]._base is x and got[0].storage_offset() == expected[0].storage_offset()
+        torch.testing.assert_close(got, expected)
+    assert len(counting.graphs) == 2
+
+
 def test_composite_ops_run_their_python_kernels_with_symbolic_sizes():
     """Ops whose C++ composite kernels want int sizes (addcmul, diag, trace, rfft, softshrink)
     trace through PyTorch's Python kernels when sizes are symbols."""
@@ -226,6 +250,33 @@ def test_an_int_argument_no_tensor_has_is_a_graph_input():
         expected.sum().backward()
         torch.testing.assert_close(x.grad, twin.grad)
     assert backend.compiles == 1
+
+
+def test_symbolic_numbers_are_returned_as_each_calls_values():
+    def fn(x):
+        return x * 2, x.shape[0] * 3, x.sum().item(), x.shape[0] > 4, (x > 0).sum().item()
+    counting = Counting()
+    compiled = aotgrad.aot_function(fn, counting, dynamic=True)
+    for n in (3, 5, 8):
+        x = torch.randn(n, requires_grad=True)
+        got, expected = compiled(x), fn(x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:] and [type(v) for v in got[1:]] == [int, float, bool, int]
+    assert len(counting.graphs) == 2
+
+
+def test_a_number_read_with_item_before_a_graph_break_is_a_graph_output():
+    def fn(x, index):
+        n = index.item()
+        torch._dynamo.graph_break()
+        return x[:n].sum() * n
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(fn, backend="aotgrad", dynamic=True)
+        for k in (2, 3, 5):
+            x = torch.randn(6, requires_grad=True)
+            torch.testing.assert_close(compiled(x, torch.tensor(k)), fn(x, torch.tensor(k)))
 
 
 def test_outputs_viewing_inputs_are_rebuilt_with_each_calls_sizes():

@@ -141,6 +141,7 @@ class Epilogue:
     leaf_outputs: list[int] = field(default_factory=list)
     sizes: SymbolSources | None = None  # dynamic shapes: where the symbols of symbolic steps are read
     restrides: list[RestrideBase] = field(default_factory=list)  # run before the outputs are rebuilt
+    scalar_outputs: list[int] = field(default_factory=list)  # symbolic numbers, returned as 0-d tensors
 
     def __post_init__(self):
         # (input index, slot) of the quiet write-backs, run together; the others one by one
@@ -149,7 +150,7 @@ class Epilogue:
 
     @staticmethod
     def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool,
-             symbol_sources: dict | None = None) -> "Epilogue":
+             symbol_sources: dict | None = None, scalar_outputs: Sequence[int] = ()) -> "Epilogue":
         first_mutation_slot = len(analysis.forward_outputs)
         write_backs = [WriteBack(info.index, first_mutation_slot + k, info.mutation_visible_to_autograd,
                                  info.bumps_version)
@@ -169,8 +170,10 @@ class Epilogue:
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
         restrides = _restride_bases(analysis, symbol_sources or {})
         symbolic = any(o.symbolic for o in outputs) or any(r.symbolic for r in restrides)
-        sizes = SymbolSources(symbol_sources) if symbolic else None
-        return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs), sizes, restrides)
+        sizes = SymbolSources.of(symbol_sources or {}, analysis.forward_outputs,
+                                 analysis.symbol_outputs) if symbolic else None
+        return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs), sizes, restrides,
+                        list(scalar_outputs))
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
         if self._quiet:
@@ -181,7 +184,7 @@ class Epilogue:
         for j in self.leaf_outputs:
             outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
         built: list[Any] = []
-        env = self.sizes.bind(inputs) if self.sizes is not None else None
+        env = self.sizes.bind(inputs, outs) if self.sizes is not None else None
         if self.restrides:
             outs = list(outs)
             for restride in self.restrides:
@@ -190,12 +193,15 @@ class Epilogue:
             if step.symbolic:
                 step = step.concrete(env)
             built.append(step.run(inputs, outs, built))
+        for j in self.scalar_outputs:
+            built[j] = built[j].item()
         if self.grad_mode_after is not None:
             torch.set_grad_enabled(self.grad_mode_after)
         return built
 
     def __repr__(self) -> str:
         lines = [f"  {s}" for s in self.write_backs + self.restrides + self.outputs]
+        lines += [f"  output {j}: .item()" for j in self.scalar_outputs]
         if self.grad_mode_after is not None:
             lines.append(f"  set_grad_enabled({self.grad_mode_after})")
         return "Epilogue(\n" + "\n".join(lines) + "\n)"

@@ -2,14 +2,15 @@
 
 The epilogue rebuilds an output that views an input from recorded sizes and view
 arguments; under dynamic shapes those are SymInts (`2*s0`). `SymbolSources` says where
-each symbol is read from the real inputs (input index, size/stride/offset, dim), and
+each symbol is read from the real inputs (input index, size/stride/offset, dim) or,
+for data-dependent sizes, from the compiled forward's outputs, and
 `concrete` substitutes the call's values into any SymInt (also inside tuples and lists).
 
     sources: {s0: (0, "size", 0)}      inputs[0].shape == (5, 6)  ->  2*s0 == 10
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import sympy
@@ -30,18 +31,45 @@ def has_symbols(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class SymbolSources:
-    """symbol -> (input index, "size" | "stride" | "offset" | "value", dim)."""
+    """symbol -> (input index, "size" | "stride" | "offset" | "value", dim); and for the
+    symbols no input carries (data-dependent sizes, `nonzero`), where the compiled
+    forward's outputs carry them: symbol -> (output index, "size" | "stride", dim)."""
 
     where: dict
+    in_outputs: dict = field(default_factory=dict)
 
-    def bind(self, inputs: Sequence[Any]) -> dict:
+    def bind(self, inputs: Sequence[Any], outs: Sequence[Any] = ()) -> dict:
         env = {}
         for symbol, (index, kind, dim) in self.where.items():
-            value = inputs[index]
-            env[symbol] = sympy.Integer(value.shape[dim] if kind == "size" else value.stride(dim)
-                                        if kind == "stride" else value.storage_offset() if kind == "offset"
-                                        else value)
+            env[symbol] = sympy.Integer(_read(inputs[index], kind, dim))
+        for symbol, (index, kind, dim) in self.in_outputs.items():
+            env[symbol] = sympy.Integer(_read(outs[index], kind, dim))
         return env
+
+    @staticmethod
+    def of(where: dict, forward_outputs: Sequence[Any], symbol_outputs: dict | None = None) -> "SymbolSources":
+        """`where` plus, for symbols it lacks, a forward output that is one (a 0-d tensor,
+        `symbol_outputs`) or whose size or stride is one."""
+        in_outputs = {symbol: (index, "value", 0) for symbol, index in (symbol_outputs or {}).items()}
+        for index, out in enumerate(forward_outputs):
+            if not isinstance(out, torch.Tensor):
+                continue
+            for kind, values in (("size", out.shape), ("stride", out.stride())):
+                for dim, v in enumerate(values):
+                    if isinstance(v, torch.SymInt) and isinstance(v.node.expr, sympy.Symbol):
+                        if v.node.expr not in where and v.node.expr not in in_outputs:
+                            in_outputs[v.node.expr] = (index, kind, dim)
+        return SymbolSources(where, in_outputs)
+
+
+def _read(value: Any, kind: str, dim: int) -> Any:
+    if kind == "size":
+        return value.shape[dim]
+    if kind == "stride":
+        return value.stride(dim)
+    if kind == "offset":
+        return value.storage_offset()
+    return value.item() if isinstance(value, torch.Tensor) else value
 
 
 def concrete(value: Any, env: dict) -> Any:

@@ -49,6 +49,10 @@ _BINARY: dict[type, Callable] = {
     sympy.Ge: operator.ge,
     symfn.IntTrueDiv: operator.truediv,
     symfn.FloatTrueDiv: operator.truediv,
+    symfn.FloatPow: operator.pow,
+    symfn.PowByNatural: operator.pow,
+    sympy.And: operator.and_,
+    sympy.Or: operator.or_,
 }
 
 # one-argument functions (int <-> float conversions)
@@ -57,6 +61,7 @@ _UNARY: dict[type, Callable] = {
     symfn.TruncToInt: torch.sym_int,
     symfn.FloorToInt: math.floor,
     symfn.CeilToInt: math.ceil,
+    sympy.Not: torch.sym_not,
 }
 
 
@@ -115,6 +120,13 @@ class SymbolicValues:
                 where[symbol] = (index[source[0]], source[1], source[2])
         return where
 
+    def value_of(self, symbol: sympy.Symbol) -> Any:
+        """A SymInt (SymFloat, SymBool) that is `symbol`, if the trace has bound it."""
+        source = self.sources.get(symbol)
+        if isinstance(source, tuple):
+            return source[3]
+        return self.vals.get(symbol)
+
     # -- expressions ------------------------------------------------------------
     def node_for(self, value: Any, what: str = "a size") -> Any:
         """The graph value of a SymInt/SymFloat/SymBool: an int (bool, float) if it is a
@@ -171,6 +183,12 @@ class SymbolicValues:
             return self._fold(expr.args, operator.mul, what)
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 0:
             return self._apply(operator.pow, (expr.base, expr.exp), what)
+        if isinstance(expr, sympy.Piecewise):
+            return self._choice(list(expr.args), what)
+        if isinstance(expr, symfn.Where):
+            return self._choice([(expr.args[1], expr.args[0]), (expr.args[2], sympy.true)], what)
+        if isinstance(expr, symfn.Identity):
+            return self._part(expr.args[0], what)
         unary = _UNARY.get(type(expr))
         if unary is not None and len(expr.args) == 1:
             node, val = self._part(expr.args[0], what)
@@ -188,6 +206,22 @@ class SymbolicValues:
             f"aotgrad: {what} is the symbolic expression {expr}, and aotgrad cannot express "
             f"`{type(expr).__name__}` in a graph yet. To continue: mark the sizes involved "
             "static (`torch._dynamo.mark_static`, or compile without dynamic=True).")
+
+    def _choice(self, pieces: list, what: str) -> tuple[Any, Any]:
+        """Piecewise((e1, c1), (e2, c2), ..., (en, True)) as nested sym_ite(c1, e1, ...)."""
+        (value, condition), rest = pieces[0], pieces[1:]
+        if condition == sympy.true or not rest:
+            return self._part(value, what)
+        if_true = self._part(value, what)
+        if_false = self._choice(rest, what)
+        cond_node, cond_val = self._part(condition, what)
+        val = torch.sym_ite(cond_val, if_true[1], if_false[1])
+        args = (cond_node, if_true[0], if_false[0])
+        if not any(isinstance(a, fx.Node) for a in args):
+            return val, val
+        node = self.graph.call_function(torch.sym_ite, args)
+        node.meta["val"] = val
+        return node, val
 
     def _fold(self, parts, op: Callable, what: str) -> tuple[Any, Any]:
         node, val = self._part(parts[0], what)
