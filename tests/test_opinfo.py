@@ -203,3 +203,41 @@ def test_opinfo(name):
         _check(op, sample)
         ran += 1
     assert ran, f"{name}: no sample inputs"
+
+
+# -- dynamic=True: symbolic sizes (issue 4) ----------------------------------------------
+# A subset across families, including ops whose C++ composite kernels want int sizes (run
+# through PyTorch's Python kernels) and data-dependent ones (unbacked symbols read at run
+# time), which PyTorch's AOTAutograd passes in its dynamic mode. The full sweep is
+# `python benchmarks/opinfo_sweep.py --dynamic` (docs/opinfo_sweep_dynamic.md).
+DYNAMIC_OPS = [
+    "add", "mul", "div.no_rounding_mode", "pow", "where", "clamp", "addcmul", "lerp", "sigmoid", "exp",
+    "sum", "mean", "amax", "var", "logsumexp", "max.reduction_with_dim", "cumsum", "sort", "topk",
+    "view", "reshape", "permute", "transpose", "expand", "select", "slice", "as_strided", "unfold",
+    "chunk", "split", "flatten", "squeeze", "unsqueeze", "diag", "diagonal", "trace", "narrow",
+    "gather", "scatter_add", "index_select", "index_put", "masked_fill", "nonzero", "masked_select", "item",
+    "mm", "bmm", "matmul", "addmm", "baddbmm", "einsum", "nn.functional.linear",
+    "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.pad.constant", "nn.functional.interpolate.bilinear",
+    "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
+    "nn.functional.cross_entropy", "nn.functional.mse_loss", "softmax", "log_softmax",
+    "nn.functional.scaled_dot_product_attention", "nn.functional.embedding", "nn.functional.gelu",
+    "nn.functional.softshrink", "cat", "stack", "fft.rfft", "linalg.cholesky", "linalg.solve",
+]
+
+
+def test_dynamic_op_list_is_known():
+    assert len(set(DYNAMIC_OPS)) == len(DYNAMIC_OPS)
+    assert not [name for name in DYNAMIC_OPS if name not in _op_db()]
+
+
+@pytest.mark.parametrize("name", DYNAMIC_OPS)
+def test_opinfo_dynamic(name):
+    op = _op_db()[name]
+    ran = 0
+    for sample in _samples(op, SAMPLES):
+        aot_autograd_check(op.op, [sample.input, *sample.args], sample.kwargs, dynamic=True,
+                           check_gradients=_uses_autograd(op), assert_equals_fn=assert_equals)
+        ran += 1
+    assert ran, f"{name}: no sample inputs"
+
