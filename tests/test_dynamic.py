@@ -153,20 +153,23 @@ def test_size_one_is_specialised_and_then_reused():
 # -- torch.compile(backend="aotgrad") with symbolic sizes ---------------------------------
 
 class CountingBackend:
-    """torch.compile backend: aotgrad, counting the graphs dynamo hands it."""
+    """torch.compile backend: aotgrad (or `inner`), counting the graphs dynamo hands it."""
 
-    def __init__(self):
+    def __init__(self, inner=None):
         self.compiles = 0
+        self.inner = inner
 
     def __call__(self, gm, example_inputs):
         self.compiles += 1
+        if self.inner is not None:
+            return self.inner(gm, example_inputs)
         return aotgrad.aot_module_simplified(gm, example_inputs, aotgrad.nop, aotgrad.nop)
 
 
-def _train_sweep(model, make_inputs, sizes, dynamic):
+def _train_sweep(model, make_inputs, sizes, dynamic, inner=None):
     import copy
     torch._dynamo.reset()
-    backend = CountingBackend()
+    backend = CountingBackend(inner)
     twin = copy.deepcopy(model)
     compiled = torch.compile(twin, backend=backend, dynamic=dynamic)
     counts = []
@@ -206,6 +209,15 @@ def test_compile_dynamic_mlp_batch_sweep_one_compile():
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     counts = _train_sweep(model, lambda n: (torch.randn(n, 8),), [3, 5, 8, 13], dynamic=True)
     assert counts == [1, 1, 1, 1]
+
+
+def test_aotgrad_inductor_dynamic_mlp_batch_sweep_one_compile():
+    from aotgrad.backends import aotgrad_inductor_backend
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    counts = _train_sweep(model, lambda n: (torch.randn(n, 8),), [3, 5, 13], dynamic=True,
+                          inner=aotgrad_inductor_backend)
+    assert counts == [1, 1, 1]
 
 
 def test_compile_dynamic_gpt_block_batch_and_sequence():
