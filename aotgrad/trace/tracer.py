@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, disable_fake_tensor_cache
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
@@ -232,7 +232,13 @@ class GraphRecorder(TorchDispatchMode):
             func = aten.lift_fresh_copy.default
         node_args, node_kwargs = pytree.tree_map(self.node_of, (args, kwargs))
         fake_args, fake_kwargs = pytree.tree_map(self.fake_of, (args, kwargs))
-        out = func(*fake_args, **fake_kwargs)
+        if getattr(func, "is_view", False) and _has_empty_tensor(fake_args):
+            # the fake view of an empty tensor goes through prims.as_strided, which the fake
+            # cache keeps as a fresh output: a hit would give the view a storage of its own
+            with disable_fake_tensor_cache(self.fake_mode):
+                out = func(*fake_args, **fake_kwargs)
+        else:
+            out = func(*fake_args, **fake_kwargs)
         if not self.in_backward and (written_argument_specs(func) or func is aten.native_batch_norm.default):
             targets = _schema_writes(func, fake_args, fake_kwargs) + _hidden_writes(func, fake_args, fake_kwargs)
             written = [StorageWeakRef(t.untyped_storage()) for t in targets]
@@ -336,6 +342,10 @@ class GraphRecorder(TorchDispatchMode):
                 for user in node.users:
                     if user.target is operator.getitem:
                         user.meta["seq_nr"] = claimed[0]
+
+
+def _has_empty_tensor(args) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args)
 
 
 @functools.lru_cache(maxsize=None)

@@ -16,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from tests.fuzz.oracle import FuzzFailure
+from tests.fuzz.oracle import FuzzFailure, shares_memory
 
 REGRESSIONS = Path(__file__).parent / "regressions"
 
@@ -65,10 +63,6 @@ def which_known(failure: FuzzFailure, make_inputs: Callable, bugs: dict[str, Kno
 
 # -- facts about inputs, for KnownBug.inputs ------------------------------------------
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
-
-
 def non_leaf_requiring_grad_not_compact(args: list) -> bool:
     """An input that requires grad, is not a leaf, and whose layout a .clone() would not
     keep (strided, offset, expanded, overlapping)."""
@@ -85,7 +79,8 @@ def non_leaf_requiring_grad(args: list) -> bool:
 
 
 def inputs_share_memory(args: list) -> bool:
-    return any(a is not b and _storage(a) == _storage(b) for a in args for b in args)
+    """Two distinct inputs share memory, by the oracle's rule (`oracle.shares_memory`)."""
+    return any(a is not b and shares_memory(a, b) for a in args for b in args)
 
 
 def input_with_storage_offset(args: list) -> bool:

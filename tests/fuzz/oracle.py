@@ -7,13 +7,17 @@ torch.compile(backend="aotgrad")) it records, on fresh inputs:
   * outputs: values, dtype, shape; strides and storage offset of every output that
     aliases an input or another output (there they are contractual);
   * requires_grad and grad_fn presence of every output;
-  * aliasing: which inputs each output shares memory with, which outputs share memory,
-    which outputs *are* an input or another output;
+  * aliasing: which inputs each output shares memory with, which outputs share memory
+    (`shares_memory`: one storage, both with elements), which outputs *are* an input or
+    another output;
   * the final value, shape and strides of every input, and whether it was written to;
   * the .grad of every leaf after backward of a fixed random weighting of the outputs
     that require grad;
   * then each output in turn is mutated (add_ under no_grad) and every input and output
-    is compared again, so a returned alias must behave as eager's does.
+    is compared again, so a returned alias must behave as eager's does;
+  * then a second call on fresh inputs (compared as the first), and the .grad of every
+    leaf after backward through a non-empty proper subset of the outputs that require grad
+    (`grad_subset`), None-ness exactly: eager leaves .grad None where no gradient reaches.
 
 Eager raising anywhere means the program is invalid: `EagerRejected`. aotgrad raising its
 own clear error (`aotgrad.errors.AotgradError`) is accepted and reported in the `Report`.
@@ -21,6 +25,7 @@ Anything else that differs raises a `FuzzFailure` subclass named for what differ
 """
 from __future__ import annotations
 
+import random
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,8 +102,23 @@ class Record:
     after_mutation: list = field(default_factory=list)  # (output index, inputs, outputs) after mutating it
 
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The oracle's one rule for "a and b share memory", the same for eager and every backend
+    (and for `known.py` and `pytorch_oracle.py`): both have elements and they use the same
+    storage (StorageImpl identity, never data pointers, which are 0 for empty tensors).
+
+    A tensor with no elements shares memory with nothing: no write through it can change
+    what another tensor reads, nor the other way round, so its storage is not observable
+    through values. Which storage it sits on is not stable either: PyTorch's FakeTensor
+    cache can give `view` of an empty tensor a storage of its own (finding 34), and then
+    the same program returns an empty view of an input in one process and a fresh empty
+    tensor in another. Non-empty tensors on one storage share memory even where their
+    elements do not overlap (`x[0]`, `x[1]`): the alias relation, not the ranges, is what
+    eager's views promise.
+    """
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
 
 
 def _tensor_state(t: torch.Tensor) -> tuple:
@@ -110,8 +130,8 @@ def _record_call(args: list, outs: tuple, versions: list[int]) -> Record:
     for i, o in enumerate(outs):
         rec.outputs.append((*_tensor_state(o), o.requires_grad, o.grad_fn is not None))
         rec.aliasing.append((
-            tuple(k for k, a in enumerate(args) if _storage(a) == _storage(o)),
-            tuple(j for j, p in enumerate(outs) if j != i and _storage(p) == _storage(o)),
+            tuple(k for k, a in enumerate(args) if shares_memory(a, o)),
+            tuple(j for j, p in enumerate(outs) if j != i and shares_memory(p, o)),
             tuple(k for k, a in enumerate(args) if a is o),
             tuple(j for j, p in enumerate(outs) if j < i and p is o),
         ))
@@ -131,6 +151,25 @@ def _backward(tensors: list, leaves: list, weights: list | None, seed: int = 1) 
     with warnings.catch_warnings():  # a leaf the program mutated with a grad is no longer a leaf
         warnings.simplefilter("ignore")
         return [None if leaf.grad is None else leaf.grad.clone() for leaf in leaves], weights
+
+
+def grad_subset(outs, seed: int = 0) -> tuple[int, ...] | None:
+    """A non-empty proper subset of the outputs that require grad (by index, one index per
+    distinct tensor); None when fewer than two distinct outputs require grad.
+
+    Drawn from `seed`, the number of outputs and the number of candidates only, so that eager
+    and every backend pick the same subset, on every run, and a shrunk program keeps it
+    while those counts stay. Which outputs that leaves out still varies from program to
+    program: the grammar draws the outputs in random order."""
+    first_index: dict[int, int] = {}
+    for i, o in enumerate(outs):
+        if o.requires_grad:
+            first_index.setdefault(id(o), i)
+    candidates = list(first_index.values())
+    if len(candidates) < 2:
+        return None
+    rng = random.Random(f"{seed}:{len(outs)}:{len(candidates)}")
+    return tuple(sorted(rng.sample(candidates, rng.randint(1, len(candidates) - 1))))
 
 
 def _non_leaf_inputs(args: list) -> list:
@@ -158,16 +197,52 @@ def _mutate_outputs(args: list, outs: tuple, skip: set[int]) -> tuple[list, set[
 
 
 @dataclass
+class PartialBackward:
+    """Eager's second call, on fresh inputs, then backward through some of its outputs only."""
+
+    outputs: tuple[int, ...]   # the outputs backpropagated (see `grad_subset`)
+    weights: list              # one per output in `outputs`
+    record: Record             # the second call: outputs, aliasing, inputs after
+    grads: list                # .grad of every leaf after (None where no gradient reached)
+
+    @property
+    def what(self) -> str:
+        """"backward through outputs 0, 2 only", for messages."""
+        return f"backward through output{'s' * (len(self.outputs) > 1)} {', '.join(map(str, self.outputs))} only"
+
+
+@dataclass
 class Outcome:
     record: Record | None = None
     clear_error: str | None = None
     weights: list | None = None
     input_weights: list | None = None
     mutation_raised: set = field(default_factory=set)
+    partial: PartialBackward | None = None
 
 
-def run_eager(f: Callable, make_inputs: Callable) -> Outcome:
-    """Eager's record; EagerRejected if eager raises anywhere (forward, backward)."""
+def _run_eager_partial(f: Callable, make_inputs: Callable, seed: int) -> PartialBackward | None:
+    """Eager on fresh inputs, backward through a subset of the outputs (`grad_subset`); None
+    when there is no such subset or eager refuses this backward."""
+    args, leaves = make_inputs()
+    versions = [a._version for a in args]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs = f(*args)
+    subset = grad_subset(outs, seed)
+    if subset is None:
+        return None
+    record = _record_call(args, outs, versions)
+    try:
+        grads, weights = _backward([outs[i] for i in subset], leaves, None, seed=3)
+    except RuntimeError:
+        return None
+    return PartialBackward(subset, weights, record, grads)
+
+
+def run_eager(f: Callable, make_inputs: Callable, seed: int = 0) -> Outcome:
+    """Eager's record; EagerRejected if eager raises anywhere (forward, backward). `seed`
+    picks the outputs of the partial backward (`grad_subset`)."""
     args, leaves = make_inputs()
     versions = [a._version for a in args]
     try:
@@ -184,7 +259,11 @@ def run_eager(f: Callable, make_inputs: Callable) -> Outcome:
     except RuntimeError:
         pass
     rec.after_mutation, raised = _mutate_outputs(args, outs, skip=set())
-    return Outcome(rec, weights=weights, input_weights=input_weights, mutation_raised=raised)
+    try:
+        partial = _run_eager_partial(f, make_inputs, seed)
+    except Exception as e:
+        raise EagerRejected(f"second call: {type(e).__name__}: {e}") from e
+    return Outcome(rec, weights=weights, input_weights=input_weights, mutation_raised=raised, partial=partial)
 
 
 def _aotgrad_error(e: BaseException) -> AotgradError | None:
@@ -270,7 +349,38 @@ def _run_backend(name: str, f: Callable, make_inputs: Callable, eager: Outcome) 
         _compare_grads(name, eager.record.input_grads, rec.input_grads, " (outputs and non-leaf inputs)")
     rec.after_mutation, _ = _mutate_outputs(args, outs, skip=eager.mutation_raised)
     _compare_after_mutation(name, eager.record.after_mutation, rec.after_mutation)
+    if eager.partial is not None:
+        return Outcome(rec, clear_error=_check_partial_backward(name, compiled, make_inputs, eager.partial))
     return Outcome(rec)
+
+
+def _check_partial_backward(name: str, compiled: Callable, make_inputs: Callable,
+                            partial: PartialBackward) -> str | None:
+    """A second call of the compiled function on fresh inputs, compared with eager's second
+    call, then backward through the same outputs as eager's only. Returns aotgrad's clear
+    error, if it raised one."""
+    args, leaves = make_inputs()
+    versions = [a._version for a in args]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outs = compiled(*args)
+    except Exception as e:
+        clear = _aotgrad_error(e)
+        if clear is not None:
+            return f"second call: {type(clear).__name__}: {str(clear).splitlines()[0]}"
+        raise failure_type("crash")(f"[{name}] the second call (fresh inputs) raised {type(e).__name__}: {e}") from e
+    compare_second_call(name, partial, args, outs, versions)
+    try:
+        grads, _ = _backward([outs[i] for i in partial.outputs], leaves, partial.weights)
+    except Exception as e:
+        clear = _aotgrad_error(e)
+        if clear is not None:
+            return f"partial backward: {type(clear).__name__}: {str(clear).splitlines()[0]}"
+        raise failure_type("backward_crash")(
+            f"[{name}] {partial.what} raised {type(e).__name__}: {e}") from e
+    compare_partial_grads(name, partial, grads)
+    return None
 
 
 # -- comparisons ------------------------------------------------------------------
@@ -321,14 +431,33 @@ def _compare_call(backend: str, expected: Record, actual: Record) -> None:
                                              f"{a[7]}; eager's {e[6]}, {e[7]}")
 
 
-def _compare_grads(backend: str, expected: list, actual: list, what: str = "") -> None:
+def _compare_grads(backend: str, expected: list, actual: list, what: str = "", none_is_zero: bool = True) -> None:
+    """Each leaf's .grad. With `none_is_zero`, None (no gradient reached the leaf) and zeros
+    count as equal; without, None-ness must match eager's exactly."""
     for k, (e, a) in enumerate(zip(expected, actual)):
         if e is None and a is None:
             continue
+        if not none_is_zero and (e is None or a is None):
+            _fail("grad_presence", backend, f"grad of leaf l{k}{what} is {'None' if a is None else 'a tensor'}, "
+                                            f"eager's is {'None' if e is None else 'a tensor'}:\n"
+                                            f"  eager {e}\n  {backend} {a}")
         e = torch.zeros_like(a) if e is None else e
         a = torch.zeros_like(e) if a is None else a
         if not _close(a, e):
             _fail("grads", backend, f"grad of leaf l{k}{what} differs:\n  eager {e}\n  {backend} {a}")
+
+
+def compare_second_call(backend: str, partial: PartialBackward, args: list, outs, versions: list[int]) -> None:
+    """The second call (fresh inputs) against eager's second call, as `_compare_call` does."""
+    try:
+        _compare_call(backend, partial.record, _record_call(args, outs, versions))
+    except FuzzFailure as e:
+        raise type(e)(f"{e} (second call, fresh inputs)") from None
+
+
+def compare_partial_grads(backend: str, partial: PartialBackward, grads: list) -> None:
+    """The leaves' .grad after the partial backward, None-ness exactly as eager's."""
+    _compare_grads(backend, partial.grads, grads, f" ({partial.what})", none_is_zero=False)
 
 
 def _compare_after_mutation(backend: str, expected: list, actual: list) -> None:
@@ -350,9 +479,11 @@ class Report:
     clear_errors: dict = field(default_factory=dict)   # backend -> first line of aotgrad's error
 
 
-def check_program(f: Callable, make_inputs: Callable, backends=("default", "min_cut", "compile")) -> Report:
-    """Compare f under every backend with eager; raise EagerRejected or a FuzzFailure."""
-    eager = run_eager(f, make_inputs)
+def check_program(f: Callable, make_inputs: Callable, backends=("default", "min_cut", "compile"),
+                  seed: int = 0) -> Report:
+    """Compare f under every backend with eager; raise EagerRejected or a FuzzFailure. `seed`
+    picks the outputs of the partial backward (`grad_subset`)."""
+    eager = run_eager(f, make_inputs, seed)
     report = Report()
     for name in backends:
         try:

@@ -15,12 +15,14 @@ split/chunk/unbind, diagonal, as_strided, permute, narrow, detach, contiguous), 
 ops (add_, mul_, copy_, zero_, unary_, index assignment, t_/unsqueeze_ metadata
 changes) on any value, regions under `torch.no_grad()`, and outputs drawn among all
 values (inputs, views of inputs, intermediates, views of intermediates, repeats).
-Inputs: 1-3 arguments built from 1-3 leaves (requiring grad or not): a leaf itself, a
+Inputs: 1-3 arguments built from 1-3 leaves (requiring grad or not; `torch.randn`, or now
+and then `torch.tensor` of special values: zeros, infinities, NaN, ties): a leaf itself, a
 non-leaf (`leaf * 1`), the same tensor passed twice, or a view of another argument.
 """
 from __future__ import annotations
 
 import linecache
+import math
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -154,12 +156,17 @@ class Shadow:
         return name
 
 
-def _shape_str(shape) -> str:
+def shape_source(shape) -> str:
+    """A shape as Python source: `(3,)`, `(2, 3)`, `()`."""
     return f"({shape[0]},)" if len(shape) == 1 else "(" + ", ".join(map(str, shape)) + ")"
 
 
 SHAPES = st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple)
 SCALARS = st.sampled_from(["2", "0.5", "-1.5", "3"])
+# The elements of a leaf with special values: zeros (0 * inf, 0 / 0, the kink of abs and
+# relu), infinities and NaN, and few finite values so that ties (amax, maximum) are common.
+# Mostly finite, so that NaN does not swallow every value downstream.
+SPECIAL_VALUES = ["0.0", "1.0", "0.0", "-1.0", "2.0", "1.0", "torch.inf", "-torch.inf", "torch.nan"]
 
 
 # -- inputs -------------------------------------------------------------------
@@ -169,6 +176,20 @@ ARG_VIEWS = ["{x}[1:]", "{x}.t()", "{x}[0]", "{x}.view(-1)", "{x}.unsqueeze(0)",
              "{x}.unfold(0, 2, 1)", "{x}.as_strided((2,), (1,), 1)"]
 
 
+def nested_list(values: list[str], shape: tuple[int, ...]) -> str:
+    """Python source of a nested list of `shape` holding `values` (row-major); a 0-d shape
+    gives the one value itself: what `torch.tensor` takes."""
+    if not shape:
+        return values[0]
+    step = len(values) // shape[0] if shape[0] else 0
+    return "[" + ", ".join(nested_list(values[k * step:(k + 1) * step], shape[1:]) for k in range(shape[0])) + "]"
+
+
+def _special_leaf(draw, name: str, shape: tuple[int, ...], dtype: str, grad: str) -> str:
+    values = [draw(st.sampled_from(SPECIAL_VALUES)) for _ in range(math.prod(shape))]
+    return f"{name} = torch.tensor({nested_list(values, shape)}{dtype}{grad})"
+
+
 @st.composite
 def _inputs(draw, shadow: Shadow):
     leaves, args = [], []
@@ -176,7 +197,10 @@ def _inputs(draw, shadow: Shadow):
         shape = draw(st.one_of(SHAPES.filter(lambda s: len(s) >= 1), st.just(())))
         dtype = draw(st.sampled_from(["", "", "", ", dtype=torch.float64"]))
         grad = ", requires_grad=True" if draw(st.booleans()) else ""
-        leaves.append(f"l{i} = torch.randn({_shape_str(shape)}{dtype}{grad})")
+        if draw(st.integers(0, 5)) == 5:  # one leaf in six: special values (shrinks to randn)
+            leaves.append(_special_leaf(draw, f"l{i}", shape, dtype, grad))
+        else:
+            leaves.append(f"l{i} = torch.randn({shape_source(shape)}{dtype}{grad})")
         assert shadow.try_run(leaves[-1]), leaves[-1]
     for name in ARG_NAMES[: draw(st.integers(1, 3))]:
         kind = draw(st.sampled_from(["leaf", "nonleaf", "dup", "view"]))
@@ -277,7 +301,7 @@ def _dim(draw, t, extra: int = 0) -> int:
 
 def _reshape(kind):
     def make(draw, shadow, x, t):
-        shape = _shape_str(_factor(draw, t.numel()))
+        shape = shape_source(_factor(draw, t.numel()))
         return draw(st.sampled_from([f"{x}.{kind}(-1)", f"{x}.{kind}({shape})"]))
     return make
 
@@ -382,7 +406,7 @@ def _as_strided(draw, x, t):
     if extent > storage - 1:
         return None
     offset = draw(st.integers(0, storage - 1 - extent))
-    return f"{x}.as_strided({_shape_str(sizes)}, {_shape_str(strides)}, {offset})"
+    return f"{x}.as_strided({shape_source(sizes)}, {shape_source(strides)}, {offset})"
 
 
 def _value_for(draw, shadow, shape) -> str:

@@ -6,10 +6,11 @@ partitioner, `torch.compile(backend="aot_eager")` -- a `Verdict`: "right"; "sile
 gradients, input state, aliasing or requires_grad differ from eager and nothing was raised;
 these are programs where aotgrad must be right); or "error" (PyTorch raised where eager ran).
 
-The comparisons are the oracle's own, in `oracle.run_backend`'s order; only the reading of
-errors differs. PyTorch has no clear-error type, so whatever it raises is an "error", named
-by `error_kind`; mutating an output that eager lets be mutated and PyTorch does not is an
-error too. Benchmark and test code only: aotgrad never imports this module.
+The comparisons are the oracle's own (its memory-sharing rule `oracle.shares_memory`
+included), in `oracle.run_backend`'s order, ending with the partial backward on a second
+call; only the reading of errors differs. PyTorch has no clear-error type, so whatever it
+raises is an "error", named by `error_kind`; mutating an output that eager lets be mutated
+and PyTorch does not is an error too. Benchmark and test code only: aotgrad never imports this module.
 """
 from __future__ import annotations
 
@@ -119,10 +120,11 @@ def _run(name: str, f: Callable, make_inputs: Callable, eager: Outcome) -> None:
     PyTorchRaised (error)."""
     args, leaves = make_inputs()
     versions = [a._version for a in args]
+    compiled = PYTORCH_BACKENDS[name](f)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            outs = PYTORCH_BACKENDS[name](f)(*args)
+            outs = compiled(*args)
     except Exception as e:  # noqa: BLE001
         if name == "aot_eager" and oracle._dynamo_own_error(e, f, make_inputs):
             raise PyTorchRaised("forward", e, f"forward: dynamo (before AOTAutograd): {error_kind(e)}") from e
@@ -138,6 +140,23 @@ def _run(name: str, f: Callable, make_inputs: Callable, eager: Outcome) -> None:
         oracle._compare_grads(name, eager.record.input_grads, rec.input_grads, " (outputs and non-leaf inputs)")
     rec.after_mutation = _mutate_each_output(args, outs, skip=eager.mutation_raised)
     oracle._compare_after_mutation(name, eager.record.after_mutation, rec.after_mutation)
+    if eager.partial is not None:
+        _run_partial_backward(name, compiled, make_inputs, eager.partial)
+
+
+def _run_partial_backward(name: str, compiled: Callable, make_inputs: Callable,
+                          partial: oracle.PartialBackward) -> None:
+    """oracle._check_partial_backward's steps: a second call on fresh inputs, then backward
+    through eager's subset of the outputs only."""
+    args, leaves = make_inputs()
+    versions = [a._version for a in args]
+    with _step("second call"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs = compiled(*args)
+    oracle.compare_second_call(name, partial, args, outs, versions)
+    with _step("partial backward"):
+        grads, _ = oracle._backward([outs[i] for i in partial.outputs], leaves, partial.weights)
+    oracle.compare_partial_grads(name, partial, grads)
 
 
 def run_pytorch_backend(name: str, f: Callable, make_inputs: Callable, eager: Outcome) -> Verdict:

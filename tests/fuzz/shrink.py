@@ -6,17 +6,21 @@ Hypothesis shrinks a failure it found itself; a fuzz campaign (`campaign.py`) co
 many failures in one run without stopping and shrinks each here instead. In: a Program
 and a predicate "still fails the same way". Out: a Program no single edit can simplify
 further: drop a statement, an output, an argument or a leaf, leave a `no_grad` region,
-turn an argument into a plain leaf, stop a leaf requiring grad, shrink a leaf's shape.
+turn an argument into a plain leaf, stop a leaf requiring grad, shrink a leaf's shape,
+give a leaf of special values (`torch.tensor([0.0, torch.nan])`) fewer of them or randn ones.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 import signal
 from collections.abc import Callable, Iterator
 
+import torch
+
 from tests.fuzz.oracle import EagerRejected, FuzzFailure, check_program, failure_type
-from tests.fuzz.program import ARG_NAMES, Program, Stmt
+from tests.fuzz.program import ARG_NAMES, Program, Stmt, nested_list, shape_source
 
 
 def _without(items: tuple, k: int) -> tuple:
@@ -49,6 +53,12 @@ def _renamed_args(p: Program, drop: int) -> Program | None:
 
 
 def _smaller_leaves(line: str) -> Iterator[str]:
+    """Simpler versions of one leaf line: fewer flags, smaller shapes, ordinary values."""
+    yield from _smaller_randn_leaves(line)
+    yield from _smaller_special_leaves(line)
+
+
+def _smaller_randn_leaves(line: str) -> Iterator[str]:
     m = re.match(r"(l\d+) = torch\.randn\(\(([\d, ]*)\)(, dtype=torch\.\w+)?(, requires_grad=True)?\)", line)
     if not m:
         return
@@ -56,8 +66,7 @@ def _smaller_leaves(line: str) -> Iterator[str]:
         m.group(3) or "", m.group(4) or ""
 
     def leaf(shape, dtype=dtype, grad=grad):
-        text = f"({shape[0]},)" if len(shape) == 1 else "(" + ", ".join(map(str, shape)) + ")"
-        return f"{name} = torch.randn({text}{dtype}{grad})"
+        return f"{name} = torch.randn({shape_source(shape)}{dtype}{grad})"
 
     if grad:
         yield leaf(dims, grad="")
@@ -68,6 +77,44 @@ def _smaller_leaves(line: str) -> Iterator[str]:
             yield leaf(dims[:k] + [smaller] + dims[k + 1:])
     for k in range(len(dims)):
         yield leaf(dims[:k] + dims[k + 1:])
+
+
+def _parse_values(node: ast.expr) -> tuple[list[str], tuple[int, ...]]:
+    """The elements (as source) and shape of a nested list literal."""
+    if not isinstance(node, ast.List):
+        return [ast.unparse(node)], ()
+    rows = [_parse_values(item) for item in node.elts]
+    return [v for values, _ in rows for v in values], (len(rows), *(rows[0][1] if rows else ()))
+
+
+def _smaller_special_leaves(line: str) -> Iterator[str]:
+    """A `torch.tensor` leaf of special values: randn of its shape, fewer flags, one special
+    value replaced by 1.0 everywhere, a smaller shape (the first or last part of a dim, or a
+    dim dropped)."""
+    m = re.match(r"(l\d+) = torch\.tensor\((.+?)(, dtype=torch\.\w+)?(, requires_grad=True)?\)$", line)
+    if not m:
+        return
+    name, dtype, grad = m.group(1), m.group(3) or "", m.group(4) or ""
+    values, shape = _parse_values(ast.parse(m.group(2), mode="eval").body)
+
+    def leaf(values=values, shape=shape, dtype=dtype, grad=grad):
+        return f"{name} = torch.tensor({nested_list(values, shape)}{dtype}{grad})"
+
+    yield f"{name} = torch.randn({shape_source(shape)}{dtype}{grad})"
+    if grad:
+        yield leaf(grad="")
+    if dtype:
+        yield leaf(dtype="")
+    for special in sorted(set(values) - {"1.0"}):
+        yield leaf([("1.0" if v == special else v) for v in values])
+    index = torch.arange(len(values)).reshape(shape)
+    for k, d in enumerate(shape):
+        for smaller in sorted({1, d - 1}) if d > 1 else ():
+            for start in sorted({0, d - smaller}):
+                yield leaf([values[i] for i in index.narrow(k, start, smaller).flatten().tolist()],
+                           shape[:k] + (smaller,) + shape[k + 1:])
+    for k in range(len(shape)):
+        yield leaf([values[i] for i in index.select(k, 0).flatten().tolist()], shape[:k] + shape[k + 1:])
 
 
 def candidates(p: Program) -> Iterator[Program]:
