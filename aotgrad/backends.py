@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from aotgrad import config
 from aotgrad.api import aot_module_simplified, nop
@@ -72,6 +73,11 @@ def _restrided(val: torch.Tensor, stride: tuple) -> torch.Tensor:
         return torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
 
 
+def _known_equal(a: Sequence, b: Sequence) -> bool:
+    """Equal strides, without a guard for symbolic ones (unknown counts as different)."""
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
 def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool) -> Callable:
     from torch._inductor.compile_fx import compile_fx_inner
 
@@ -111,10 +117,8 @@ class InductorCompilers:
             compiled = _compile(gm, list(example_inputs), is_backward=False)
         if len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
-                symbolic = stride is not None and any(isinstance(s, torch.SymInt) for s in (*stride, *val.shape))
-                if isinstance(val, torch.Tensor) and stride is not None and not symbolic:
-                    # (symbolic layouts are not restrided yet: int() would specialise them; issue 4)
-                    self.saved_strides[id(val)] = (val, tuple(int(s) for s in stride))
+                if isinstance(val, torch.Tensor) and stride is not None:
+                    self.saved_strides[id(val)] = (val, tuple(stride))  # symbolic strides stay symbols
         return compiled
 
     def backward(self, gm: fx.GraphModule, example_inputs):
@@ -126,7 +130,7 @@ class InductorCompilers:
             recorded, stride = self.saved_strides.get(id(val), (None, None))
             if recorded is val:
                 used.append(id(val))
-                if tuple(val.stride()) != stride:
+                if not _known_equal(val.stride(), stride):
                     inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
         for key in used:
             self.saved_strides.pop(key, None)

@@ -77,7 +77,10 @@ def _symbolic_examples(gm: torch.nn.Module, example_inputs: Sequence[Any]) -> li
         memo = getattr(traced[i], "item_memo", None)
         if traced[i] is not None and not _is_symbolic(traced[i]) and memo is None:
             continue  # static in dynamo's trace: keep the real example (no fake, no new symbols)
-        fake = context.fake_mode.from_tensor(value, symbolic_context=symbolic_context)
+        # dynamo's source for the tensor: its symbols are then the ones dynamo's graph uses,
+        # also when dynamo traced these tensors before (a fresh source would make new ones)
+        fake = context.fake_mode.from_tensor(value, symbolic_context=symbolic_context,
+                                             source=getattr(symbolic_context, "tensor_source", None))
         # a Python float dynamo turned into a 0-d tensor input (dynamic=True): the graph reads it
         # with `.item()`, whose value dynamo recorded on its own fake
         if memo is not None:

@@ -334,3 +334,39 @@ def test_mutated_overlapping_inputs_follow_each_calls_view_geometry():
         torch.testing.assert_close(out, fn(twin[:n], twin[1:n + 1]))
         torch.testing.assert_close(base, twin)
     assert len(compiler.graphs) == 3  # one per view geometry (n = 4, 6, 9); the base's size is a symbol
+
+
+def test_tensors_dynamo_traced_before_keep_dynamos_symbols():
+    """A second torch.compile of the same input tensors: dynamo's symbols for them are new
+    ones, and aotgrad must use those (through their source), not make its own."""
+    import copy
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token, self.ln = torch.nn.Embedding(16, 8), torch.nn.LayerNorm(8)
+
+        def forward(self, tokens):
+            return self.ln(self.token(tokens)).sum()
+
+    torch.manual_seed(0)
+    net = Net()
+    tokens = torch.randint(0, 8, (2, 6))
+    torch._dynamo.reset()
+    torch.compile(copy.deepcopy(net), backend="aot_eager", dynamic=True)(tokens)
+    torch._dynamo.reset()
+    compiled = torch.compile(copy.deepcopy(net), backend="aotgrad", dynamic=True)
+    for batch in (2, 3, 5):
+        tokens = torch.randint(0, 8, (batch, 6))
+        torch.testing.assert_close(compiled(tokens), net(tokens))
+
+
+def test_aotgrad_inductor_dynamic_conv_backward_reads_saved_values_in_inductors_layout():
+    """Inductor may save a conv's input channels-last; with symbolic sizes the backward is
+    compiled for those (symbolic) strides too."""
+    from aotgrad.backends import aotgrad_inductor_backend
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.ReLU())
+    counts = _train_sweep(model, lambda n: (torch.randn(n, 3, 8, 8),), [16, 20, 24], dynamic=True,
+                          inner=aotgrad_inductor_backend)
+    assert counts == [1, 1, 1]
