@@ -10,7 +10,8 @@ Three measurements per model:
                fake example inputs, inside its fake mode's tracing context):
                aotgrad.aot_module_simplified(gm, example_inputs, nop, nop) against
                torch._functorch.aot_autograd.aot_module_simplified(..., nop, nop);
-               median of --compile-repeats after one untimed call each.
+               median of --compile-repeats after one untimed call each, the two taking
+               turns (each goes first equally often).
   first call   torch._dynamo.reset(), then one forward + loss + backward, with fresh
                Inductor caches (so Inductor's numbers include its C++ compile); its loss,
                parameter grads and buffers are checked against eager's.
@@ -18,7 +19,21 @@ Three measurements per model:
                configurations take turns in --rounds rounds so load on a shared machine
                falls on all of them alike.
 
+With --dynamic, torch.compile(..., dynamic=True) and one graph for five sizes per model (the
+batch; batch and sequence length for the GPT; the static size first):
+  aot compile  the same, on the graph captured with dynamic=True: symbolic sizes (SymInt
+               inputs, example tensors whose symbolic contexts dynamo keeps), compiled in a
+               TracingContext with dynamo's fake mode and those contexts (their compiles
+               share its ShapeEnv, so the turns matter more).
+  first call   the same, then one step at each further size: each step's loss, grads and
+               buffers are checked against eager's, and the graphs compiled for all of them
+               counted (the bar: 1, no recompile).
+  step         an iteration is one step at each size in turn; the median per size, and their
+               sum (one step at each size) for the ratios. After the first step no
+               configuration may recompile (error_on_recompile).
+
     python benchmarks/compile_and_step.py --models mlp,gpt,cnn --iters 100 --markdown
+    python benchmarks/compile_and_step.py --dynamic --models mlp,gpt,cnn --iters 50 --rounds 10 --threads 1 --markdown
 """
 from __future__ import annotations
 
@@ -27,7 +42,9 @@ import copy
 import datetime
 import os
 import platform
+import shlex
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -101,19 +118,39 @@ class CNN(nn.Module):
         return F.cross_entropy(self.head(self.body(images)), target)
 
 
-def make_model(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...], str]:
+SIZES = {"mlp": 32, "gpt": (8, 128), "cnn": 16}  # the batch; (batch, seq) for the GPT
+# --dynamic: the static size first (the one graph is captured and compiled there), then four around it.
+# None is 0 or 1, sizes torch.compile never makes symbolic; the GPT's seq stays within its 128 positions.
+# The CNN's batches stay >= 16: PyTorch's CPU convolution chooses its backend by batch size and
+# its fake kernel guards on that (`16 <= images.size()[0]`), so below 16 every backend recompiles.
+DYNAMIC_SIZES = {"mlp": (32, 16, 24, 40, 48), "gpt": ((8, 128), (4, 96), (6, 128), (12, 112), (16, 64)),
+                 "cnn": (16, 20, 24, 28, 40)}
+MODELS = {"mlp": (MLP, "MLP 64-64-64"), "gpt": (GPT, "GPT 2 blocks, d256, 4 heads"),
+          "cnn": (CNN, "CNN 3x conv-bn-relu, 32x32")}
+
+
+def size_text(name: str, size) -> str:
+    return f"seq {size[1]}, batch {size[0]}" if name == "gpt" else f"batch {size}"
+
+
+def make_inputs(name: str, size) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
     if name == "mlp":
-        return MLP(), (torch.randn(32, 64, generator=g), torch.randn(32, 64, generator=g)), "MLP 64-64-64, batch 32"
+        return torch.randn(size, 64, generator=g), torch.randn(size, 64, generator=g)
     if name == "gpt":
-        tokens = torch.randint(0, 512, (8, 129), generator=g)
-        return GPT(), (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()), \
-            "GPT 2 blocks, d256, 4 heads, seq 128, batch 8"
-    if name == "cnn":
-        return CNN(), (torch.randn(16, 3, 32, 32, generator=g), torch.randint(0, 10, (16,), generator=g)), \
-            "CNN 3x conv-bn-relu, 32x32, batch 16"
-    raise SystemExit(f"unknown model {name!r}; choose from mlp, gpt, cnn")
+        batch, seq = size
+        tokens = torch.randint(0, 512, (batch, seq + 1), generator=g)
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    return torch.randn(size, 3, 32, 32, generator=g), torch.randint(0, 10, (size,), generator=g)
+
+
+def make_model(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...], str]:
+    """The model (seeded), its inputs at the static size, and a description."""
+    if name not in MODELS:
+        raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    model_class, text = MODELS[name]
+    torch.manual_seed(0)
+    return model_class(), make_inputs(name, SIZES[name]), f"{text}, {size_text(name, SIZES[name])}"
 
 
 # -- measurements ---------------------------------------------------------------
@@ -122,20 +159,27 @@ def make_model(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...], str]:
 class Result:
     aot_compile_s: float | None = None
     first_call_s: float | None = None
-    step_s: list[float] = field(default_factory=list)
+    step_s: list[list[float]] = field(default_factory=list)  # seconds per step, a list per size
+    compiles: int | None = None  # graphs the backend compiled for the first call at every size
     loss_matches: bool = True
-    state_matches: bool = True  # parameter grads and buffers after the first step
+    state_matches: bool = True  # parameter grads and buffers after the first step (at each size)
     error: str | None = None  # the first failure, shortened
+
+    def step_medians_s(self, sizes: int) -> list[float | None]:
+        """The median step at each size; None for each of `sizes` where nothing was timed."""
+        return [statistics.median(s) if s else None for s in self.step_s] or [None] * sizes
 
     @property
     def step_median_s(self) -> float | None:
-        return statistics.median(self.step_s) if self.step_s else None
+        """The median step; with several sizes, the sum of their medians (one step at each size)."""
+        medians = self.step_medians_s(1)
+        return None if None in medians else sum(medians)
 
     @property
     def step_iqr_s(self) -> float | None:
-        if len(self.step_s) < 2:
+        if len(self.step_s) != 1 or len(self.step_s[0]) < 2:
             return None
-        q = statistics.quantiles(self.step_s, n=4)
+        q = statistics.quantiles(self.step_s[0], n=4)
         return q[2] - q[0]
 
 
@@ -144,45 +188,105 @@ def _short(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0][:100] if lines else ''}"
 
 
-def capture_graph(model: nn.Module, inputs) -> tuple[torch.fx.GraphModule, list]:
-    """The FX graph and (fake) example inputs torch.compile hands a backend."""
+def _rotated(items: list, r: int) -> list:
+    """The r-th rotation: taking turns this way, each item runs equally often in each position."""
+    shift = r % max(1, len(items))
+    return items[shift:] + items[:shift]
+
+
+@dataclass
+class Capture:
+    """What torch.compile hands a backend: the graph and its example inputs (real tensors; SymInts
+    where sizes are symbolic) and, for a dynamic graph, dynamo's fake mode and the symbolic context
+    dynamo traced each example tensor with (TracingContext.tensor_to_context)."""
+    gm: torch.fx.GraphModule
+    example_inputs: list
+    fake_mode: object = None  # dynamo's FakeTensorMode, for a dynamic graph
+    symbolic_contexts: dict | None = None  # example tensor -> its symbolic context, for a dynamic graph
+
+    def tracing_context(self):
+        """A fresh TracingContext for one compile, as dynamo opens one per graph. A static graph's
+        example inputs are real, so AOTAutograd makes its own fake mode. A dynamic graph needs
+        dynamo's (its ShapeEnv holds the symbols) and the symbolic contexts, which both
+        aot_module_simplifieds look up to fake each example tensor with symbolic sizes."""
+        from torch._guards import TracingContext, detect_fake_mode
+
+        if self.symbolic_contexts is None:
+            return TracingContext(detect_fake_mode(self.example_inputs))
+        context = TracingContext(self.fake_mode)
+        context.tensor_to_context.update(self.symbolic_contexts)
+        return context
+
+    def symbolic_inputs(self) -> list[str]:
+        """The graph inputs with symbolic sizes, e.g. ["s77", "l_x_[s77, 64]"]."""
+        names = []
+        for node in self.gm.graph.find_nodes(op="placeholder"):
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.SymInt):
+                names.append(node.name)
+            elif isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
+                names.append(f"{node.name}[{', '.join(map(str, value.shape))}]")
+        return names
+
+
+def capture_graph(model: nn.Module, inputs, dynamic: bool | None = None) -> Capture:
+    """The FX graph and example inputs torch.compile hands a backend.
+
+    With dynamic=True the graph then goes to aot_eager: where PyTorch's AOTAutograd cannot
+    keep a float input symbolic (LayerNorm's eps, BatchNorm's momentum) it has dynamo trace
+    again with the float specialised (TensorifyScalarRestartAnalysis), and the graph kept is
+    that last one, which both compilers take."""
+    from torch._guards import TracingContext
+    from torch.utils.weak import WeakTensorKeyDictionary
+
+    aot_eager = torch._dynamo.lookup_backend("aot_eager")
     captured = []
 
     def keep(gm, example_inputs):
-        captured.append((gm, list(example_inputs)))
-        return gm.forward
+        compiled_fn = aot_eager(gm, example_inputs) if dynamic else gm.forward
+        capture = Capture(gm, list(example_inputs))
+        if dynamic:
+            context = TracingContext.get()
+            capture.fake_mode, capture.symbolic_contexts = context.fake_mode, WeakTensorKeyDictionary()
+            capture.symbolic_contexts.update(context.tensor_to_context)
+        captured.append(capture)
+        return compiled_fn
 
     torch._dynamo.reset()
-    torch.compile(model, backend=keep)(*inputs)
+    torch.compile(model, backend=keep, dynamic=dynamic)(*inputs)
     assert len(captured) == 1, f"expected one graph, dynamo produced {len(captured)} (a graph break?)"
+    assert not dynamic or captured[0].symbolic_inputs(), "torch.compile(dynamic=True) captured only static sizes"
     return captured[0]
 
 
-def time_aot_compile(gm, example_inputs, repeats: int) -> dict[str, float]:
-    """Median seconds of aot_module_simplified with nop compilers, ours and PyTorch's."""
+def time_aot_compile(capture: Capture, repeats: int) -> dict[str, float]:
+    """Median seconds of aot_module_simplified with nop compilers, ours and PyTorch's, taking turns.
+
+    A dynamic graph's compiles all share dynamo's ShapeEnv, whose guards accumulate; the
+    untimed first round adds them, and the turns put each compiler first equally often."""
     from functorch.compile import nop
     from torch._functorch.aot_autograd import aot_module_simplified as torch_aot_module_simplified
-    from torch._guards import TracingContext, detect_fake_mode, tracing
+    from torch._guards import tracing
 
+    gm, example_inputs = capture.gm, capture.example_inputs
     compilers = {
         "aot_eager": lambda: torch_aot_module_simplified(gm, example_inputs, fw_compiler=nop, bw_compiler=nop),
         "aotgrad": lambda: aotgrad.aot_module_simplified(gm, example_inputs, aotgrad.nop, aotgrad.nop),
     }
-    fake_mode = detect_fake_mode(example_inputs)
     seconds: dict[str, list[float]] = {name: [] for name in compilers}
     for repeat in range(repeats + 1):  # repeat 0 is the untimed warmup
-        for name, compile_ in compilers.items():
-            with tracing(TracingContext(fake_mode)):
+        for name in _rotated(list(compilers), repeat):
+            with tracing(capture.tracing_context()):
                 start = time.perf_counter()
-                compile_()
+                compilers[name]()
                 elapsed = time.perf_counter() - start
             if repeat:
                 seconds[name].append(elapsed)
     return {name: statistics.median(s) for name, s in seconds.items()}
 
 
-def compiled(model: nn.Module, config: str) -> Callable:
-    return model if config == "eager" else torch.compile(model, backend=config)
+def compiled(model: nn.Module, config: str, dynamic: bool | None = None) -> Callable:
+    return model if config == "eager" else torch.compile(model, backend=config, dynamic=dynamic)
 
 
 def train_step(fn: Callable, inputs, params: list[torch.Tensor]) -> torch.Tensor:
@@ -209,72 +313,130 @@ def _states_match(actual: list, expected: list) -> bool:
     return len(actual) == len(expected) and all(close(a, e) for a, e in zip(actual, expected))
 
 
-def time_first_calls(model: nn.Module, inputs, results: dict[str, Result]) -> None:
-    """Seconds of the first forward + loss + backward after a dynamo reset, cold Inductor caches;
-    and whether that first loss, the grads and the buffers (BatchNorm's running stats) match eager's."""
+def _copies(inputs_by_size: list) -> list:
+    """Each configuration's own inputs, as it would have its own data. Dynamo remembers the
+    tensors it traced with symbolic sizes, even across torch._dynamo.reset(): traced again, each
+    gets symbols of its own (equal sizes no longer share one), a graph other than the one compared."""
+    return [tuple(t.clone() for t in inputs) for inputs in inputs_by_size]
+
+
+def _eager_steps(model: nn.Module, inputs_by_size: list) -> list[tuple[torch.Tensor, list]]:
+    """Eager's loss and state after one step at each size in turn (BatchNorm's running
+    statistics carry over from one size to the next, in eager as in the compiled twins)."""
+    reference = copy.deepcopy(model)
+    params = list(reference.parameters())
+    steps = []
+    for inputs in inputs_by_size:
+        loss = train_step(reference, inputs, params).detach()
+        steps.append((loss, [None if t is None else t.clone() for t in _state(reference)]))
+    return steps
+
+
+def time_first_calls(model: nn.Module, inputs_by_size: list, results: dict[str, Result],
+                     dynamic: bool | None = None) -> None:
+    """Seconds of the first forward + loss + backward after a dynamo reset, cold Inductor caches,
+    then one step at each further size; whether each step's loss, grads and buffers (BatchNorm's
+    running stats) match eager's, and how many graphs the backend compiled for them all."""
+    from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
 
-    reference = copy.deepcopy(model)
-    expected = train_step(reference, inputs, []).detach()
-    expected_state = _state(reference)
+    expected = _eager_steps(model, inputs_by_size)
     for config, result in results.items():
-        twin = copy.deepcopy(model)
+        twin, inputs_of_twin = copy.deepcopy(model), _copies(inputs_by_size)
         params = list(twin.parameters())
         torch._dynamo.reset()
+        graphs_before = counters["stats"]["unique_graphs"]
         try:
             with fresh_cache():
-                start = time.perf_counter()
-                loss = train_step(compiled(twin, config), inputs, params)
-                result.first_call_s = time.perf_counter() - start
+                fn = compiled(twin, config, dynamic)
+                for inputs, (expected_loss, expected_state) in zip(inputs_of_twin, expected):
+                    start = time.perf_counter()
+                    loss = train_step(fn, inputs, params)
+                    if result.first_call_s is None:
+                        result.first_call_s = time.perf_counter() - start
+                    result.loss_matches &= torch.allclose(loss.detach(), expected_loss, rtol=1e-4, atol=1e-5)
+                    result.state_matches &= _states_match(_state(twin), expected_state)
         except Exception as e:  # a failing configuration is reported in the table, not fatal
             result.error = result.error or _short(e)
+        if config != "eager":
+            result.compiles = counters["stats"]["unique_graphs"] - graphs_before
+
+
+def _warm_up(model: nn.Module, inputs_by_size: list, results: dict[str, Result], warmup: int,
+             dynamic: bool | None) -> dict[str, tuple]:
+    """Each configuration's twin, compiled and run `warmup` steps (at least one at each size)."""
+    runs = {}
+    for config, result in results.items():
+        twin, inputs_of_twin = copy.deepcopy(model), _copies(inputs_by_size)
+        fn, params = compiled(twin, config, dynamic), list(twin.parameters())
+        try:
+            for i in range(max(warmup, len(inputs_of_twin))):
+                train_step(fn, inputs_of_twin[i % len(inputs_of_twin)], params)
+        except Exception as e:  # a failing configuration is reported in the table, not fatal
+            result.error = _short(e)
             continue
-        result.loss_matches = torch.allclose(loss.detach(), expected, rtol=1e-4, atol=1e-5)
-        result.state_matches = _states_match(_state(twin), expected_state)
+        runs[config] = (fn, params, inputs_of_twin)
+        result.step_s = [[] for _ in inputs_by_size]
+    return runs
 
 
-def time_steps(model: nn.Module, inputs, results: dict[str, Result], iters: int, rounds: int,
-               warmup: int) -> None:
+def time_steps(model: nn.Module, inputs_by_size: list, results: dict[str, Result], iters: int, rounds: int,
+               warmup: int, dynamic: bool | None = None) -> None:
     """Per-iteration seconds of forward + loss + backward, configurations taking turns.
 
     Round r starts with the r-th configuration (a rotation), so each one runs equally
     often in each position: what one configuration leaves behind in the allocator or
-    the caches would otherwise always land on the one after it (measured: 3-8%)."""
+    the caches would otherwise always land on the one after it (measured: 3-8%).
+    With several sizes an iteration is one step at each size in turn, so every step
+    changes the shapes, as in training on batches of varying size. Recompiles are counted
+    in time_first_calls; here the warmup may recompile, the timed steps may not."""
     torch._dynamo.reset()
-    runs = {}
-    for config, result in results.items():
-        twin = copy.deepcopy(model)
-        fn, params = compiled(twin, config), list(twin.parameters())
-        try:
-            for _ in range(warmup):
-                train_step(fn, inputs, params)
-        except Exception as e:  # a failing configuration is reported in the table, not fatal
-            result.error = _short(e)
-            continue
-        runs[config] = (fn, params)
     per_round = max(1, iters // rounds)
-    with torch._dynamo.config.patch(error_on_recompile=True):
-        order = list(runs.items())
-        for r in range(rounds):
-            shift = r % max(1, len(order))
-            for config, (fn, params) in order[shift:] + order[:shift]:
-                for _ in range(per_round):
-                    start = time.perf_counter()
-                    train_step(fn, inputs, params)
-                    results[config].step_s.append(time.perf_counter() - start)
+    # every twin's graphs go to the cache of one code object (forward), where past dynamo's
+    # limit of 8 entries it would silently run eager: each configuration gets 8, and an error
+    with torch._dynamo.config.patch(recompile_limit=8 * len(results), fail_on_recompile_limit_hit=True):
+        runs = _warm_up(model, inputs_by_size, results, warmup, dynamic)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for r in range(rounds):
+                for config, (fn, params, inputs_of_twin) in _rotated(list(runs.items()), r):
+                    for _ in range(per_round):
+                        for seconds, inputs in zip(results[config].step_s, inputs_of_twin):
+                            start = time.perf_counter()
+                            train_step(fn, inputs, params)
+                            seconds.append(time.perf_counter() - start)
 
 
-def benchmark_model(name: str, configs: list[str], args) -> tuple[str, dict[str, Result]]:
-    model, inputs, description = make_model(name)
-    results = {config: Result() for config in configs}
+@dataclass
+class Benchmark:
+    name: str
+    description: str
+    sizes: tuple  # one size, or several with one graph for all (--dynamic)
+    results: dict[str, Result]
+    symbolic_inputs: list[str] = field(default_factory=list)  # --dynamic: the captured graph's
+
+    @property
+    def dynamic(self) -> bool:
+        return len(self.sizes) > 1
+
+
+def benchmark_model(name: str, configs: list[str], args) -> Benchmark:
+    dynamic = True if args.dynamic else None
+    model, _, description = make_model(name)
+    sizes = DYNAMIC_SIZES[name] if dynamic else (SIZES[name],)
+    if dynamic:
+        description = f"{MODELS[name][1]}, dynamic=True"
+    inputs_by_size = [make_inputs(name, size) for size in sizes]
+    benchmark = Benchmark(name, description, sizes, {config: Result() for config in configs})
+    results = benchmark.results
     if any(c in AOT_CONFIGS for c in configs):
-        gm, example_inputs = capture_graph(copy.deepcopy(model), inputs)
-        for config, seconds in time_aot_compile(gm, example_inputs, args.compile_repeats).items():
+        capture = capture_graph(copy.deepcopy(model), inputs_by_size[0], dynamic)
+        benchmark.symbolic_inputs = capture.symbolic_inputs()
+        for config, seconds in time_aot_compile(capture, args.compile_repeats).items():
             if config in results:
                 results[config].aot_compile_s = seconds
-    time_steps(model, inputs, results, args.iters, args.rounds, args.warmup)
-    time_first_calls(model, inputs, results)
-    return description, results
+    time_steps(model, inputs_by_size, results, args.iters, args.rounds, args.warmup, dynamic)
+    time_first_calls(model, inputs_by_size, results, dynamic)
+    return benchmark
 
 
 # -- printing -------------------------------------------------------------------
@@ -306,41 +468,69 @@ HEADER = ["config", "aot compile ms", "first call ms", "step ms (median)", "step
           "grads, buffers = eager"]
 
 
-def rows(results: dict[str, Result]) -> list[list[str]]:
-    return [[config, _ms(r.aot_compile_s), _ms(r.first_call_s), _ms(r.step_median_s), _ms(r.step_iqr_s),
-             "error" if r.error else "yes" if r.loss_matches else "NO",
-             "error" if r.error else "yes" if r.state_matches else "NO"] for config, r in results.items()]
+def header(benchmark: Benchmark) -> list[str]:
+    if not benchmark.dynamic:
+        return HEADER
+    return ["config", "aot compile ms", "first call ms", "compiles",
+            *[f"step ms, {size_text(benchmark.name, size)}" for size in benchmark.sizes],
+            "step ms, all sizes (sum)", "loss = eager (each size)", "grads, buffers = eager (each size)"]
 
 
-def errors(results: dict[str, Result]) -> list[str]:
-    return [f"{config} failed: {r.error}" for config, r in results.items() if r.error]
+def rows(benchmark: Benchmark) -> list[list[str]]:
+    table = []
+    for config, r in benchmark.results.items():
+        checks = ["error" if r.error else "yes" if matches else "NO" for matches in (r.loss_matches, r.state_matches)]
+        if benchmark.dynamic:
+            steps = [*map(_ms, r.step_medians_s(len(benchmark.sizes))), _ms(r.step_median_s)]
+            compiles = "-" if r.compiles is None else str(r.compiles)
+            table.append([config, _ms(r.aot_compile_s), _ms(r.first_call_s), compiles, *steps, *checks])
+        else:
+            table.append([config, _ms(r.aot_compile_s), _ms(r.first_call_s), _ms(r.step_median_s),
+                          _ms(r.step_iqr_s), *checks])
+    return table
 
 
-def print_text(description: str, results: dict[str, Result]) -> None:
-    table = [HEADER, *rows(results)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
-    print(f"\n{description}")
+def errors(benchmark: Benchmark) -> list[str]:
+    lines = [f"{config} failed: {r.error}" for config, r in benchmark.results.items() if r.error]
+    return lines + [f"{config} recompiled: {r.compiles} graphs for {len(benchmark.sizes)} sizes"
+                    for config, r in benchmark.results.items() if r.compiles and r.compiles > 1]
+
+
+def print_text(benchmark: Benchmark) -> None:
+    table = [header(benchmark), *rows(benchmark)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    print(f"\n{benchmark.description}")
+    if benchmark.symbolic_inputs:
+        print("  captured graph's inputs with symbolic sizes: " + ", ".join(benchmark.symbolic_inputs))
     for row in table:
         print("  " + "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-    print("  " + ", ".join(f"{label} {value}" for label, value in ratios(results)))
-    for line in errors(results):
+    print("  " + ", ".join(f"{label} {value}" for label, value in ratios(benchmark.results)))
+    for line in errors(benchmark):
         print("  " + line)
 
 
-def print_markdown(all_results: list[tuple[str, dict[str, Result]]]) -> None:
-    print("\n| model | " + " | ".join(HEADER) + " |")
-    print("|" + "---|" * (len(HEADER) + 1))
-    for description, results in all_results:
-        for row in rows(results):
-            print(f"| {description} | " + " | ".join(row) + " |")
-    labels = [label for label, _ in ratios(all_results[0][1])]
-    print("\n| model | " + " | ".join(labels) + " |")
-    print("|" + "---|" * (len(labels) + 1))
-    for description, results in all_results:
-        print(f"| {description} | " + " | ".join(value for _, value in ratios(results)) + " |")
-    for description, results in all_results:
-        for line in errors(results):
-            print(f"\n{description}: {line}")
+def _markdown_table(header: list[str], rows: list[list[str]]) -> None:
+    print("\n| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def print_markdown(benchmarks: list[Benchmark], command: str) -> None:
+    """A table of every configuration (one per model with --dynamic: the sizes differ), then the ratios."""
+    print(f"\n```bash\n{command}\n```")
+    if benchmarks[0].dynamic:
+        for b in benchmarks:
+            print(f"\n{b.description}")
+            _markdown_table(header(b), rows(b))
+    else:
+        _markdown_table(["model", *HEADER], [[b.description, *row] for b in benchmarks for row in rows(b)])
+    labels = [label for label, _ in ratios(benchmarks[0].results)]
+    _markdown_table(["model", *labels], [[b.description, *(value for _, value in ratios(b.results))]
+                                         for b in benchmarks])
+    for b in benchmarks:
+        for line in errors(b):
+            print(f"\n{b.description}: {line}")
 
 
 def _commit() -> str:
@@ -361,12 +551,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,gpt,cnn", help="comma-separated: mlp, gpt, cnn")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
-    parser.add_argument("--iters", type=int, default=100, help="timed steps per configuration and model")
+    parser.add_argument("--iters", type=int, default=100,
+                        help="timed steps per configuration and model (and size, with --dynamic)")
     parser.add_argument("--rounds", type=int, default=5, help="turns the configurations take (default 5)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps before timing")
     parser.add_argument("--compile-repeats", type=int, default=5, help="timed ahead-of-time compiles")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="torch.compile(dynamic=True): one graph for 5 sizes per model, timed at each")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -377,14 +570,13 @@ def main() -> None:
     machine = platform.processor() or platform.machine()
     print(f"torch {torch.__version__}, aotgrad {aotgrad.__version__} ({_commit()}), {machine}, "
           f"{torch.get_num_threads()} threads, {datetime.date.today()}, load average {_load()}")
-    all_results = []
+    benchmarks = []
     for name in args.models.split(","):
-        description, results = benchmark_model(name, configs, args)
-        print_text(description, results)
-        all_results.append((description, results))
+        benchmarks.append(benchmark_model(name, configs, args))
+        print_text(benchmarks[-1])
     print(f"\nload average at the end {_load()}")
     if args.markdown:
-        print_markdown(all_results)
+        print_markdown(benchmarks, " ".join(["python", *map(shlex.quote, sys.argv)]))
 
 
 if __name__ == "__main__":
