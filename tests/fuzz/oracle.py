@@ -100,6 +100,7 @@ class Record:
     grads: list = field(default_factory=list)
     input_grads: list | None = None                   # .grad of leaves after also backpropagating the non-leaf inputs
     after_mutation: list = field(default_factory=list)  # (output index, inputs, outputs) after mutating it
+    grads_after_mutation: list | None = None  # .grad after a backward through the mutated outputs
 
 
 def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -179,6 +180,13 @@ def _non_leaf_inputs(args: list) -> list:
     return [a for a in unique if a.requires_grad and a.grad_fn is not None]
 
 
+def mutate_output(o: torch.Tensor, i: int) -> None:
+    """Write into output i in place, with grad mode on: autograd's rules for in-place writes
+    apply as in eager (a write through a view rewrites its base's history; one into a
+    leaf that requires grad, or a view of it, raises)."""
+    o.add_(i + 1)
+
+
 def _mutate_outputs(args: list, outs: tuple, skip: set[int]) -> tuple[list, set[int]]:
     """Mutate each output in turn; record every input and output after each. Returns the
     states and the outputs whose mutation raised (eager's set is passed to the others)."""
@@ -187,8 +195,7 @@ def _mutate_outputs(args: list, outs: tuple, skip: set[int]) -> tuple[list, set[
         if i in skip:
             continue
         try:
-            with torch.no_grad():
-                o.add_(i + 1)
+            mutate_output(o, i)
         except RuntimeError:
             raised.add(i)
             continue
@@ -218,6 +225,7 @@ class Outcome:
     weights: list | None = None
     input_weights: list | None = None
     mutation_raised: set = field(default_factory=set)
+    mutation_weights: list | None = None
     partial: PartialBackward | None = None
 
 
@@ -259,11 +267,17 @@ def run_eager(f: Callable, make_inputs: Callable, seed: int = 0) -> Outcome:
     except RuntimeError:
         pass
     rec.after_mutation, raised = _mutate_outputs(args, outs, skip=set())
+    mutation_weights = None
+    try:  # the grads now flow through the writes into the outputs (and into what they view)
+        rec.grads_after_mutation, mutation_weights = _backward(outs, leaves, None, seed=4)
+    except RuntimeError:
+        pass
     try:
         partial = _run_eager_partial(f, make_inputs, seed)
     except Exception as e:
         raise EagerRejected(f"second call: {type(e).__name__}: {e}") from e
-    return Outcome(rec, weights=weights, input_weights=input_weights, mutation_raised=raised, partial=partial)
+    return Outcome(rec, weights=weights, input_weights=input_weights, mutation_raised=raised, partial=partial,
+                   mutation_weights=mutation_weights)
 
 
 def _aotgrad_error(e: BaseException) -> AotgradError | None:
@@ -347,8 +361,18 @@ def _run_backend(name: str, f: Callable, make_inputs: Callable, eager: Outcome) 
             raise failure_type("backward_crash")(
                 f"[{name}] backward through the inputs raised {type(e).__name__}: {e}") from e
         _compare_grads(name, eager.record.input_grads, rec.input_grads, " (outputs and non-leaf inputs)")
-    rec.after_mutation, _ = _mutate_outputs(args, outs, skip=eager.mutation_raised)
+    rec.after_mutation, raised = _mutate_outputs(args, outs, skip=eager.mutation_raised)
+    if raised:
+        _fail("alias_mutation", name, f"writing into outputs {sorted(raised)} raised; eager's write did not")
     _compare_after_mutation(name, eager.record.after_mutation, rec.after_mutation)
+    if eager.record.grads_after_mutation is not None:
+        try:
+            rec.grads_after_mutation, _ = _backward(outs, leaves, eager.mutation_weights)
+        except Exception as e:
+            raise failure_type("backward_crash")(
+                f"[{name}] backward after writing into the outputs raised {type(e).__name__}: {e}") from e
+        _compare_grads(name, eager.record.grads_after_mutation, rec.grads_after_mutation,
+                       " (after writing into the outputs)")
     if eager.partial is not None:
         return Outcome(rec, clear_error=_check_partial_backward(name, compiled, make_inputs, eager.partial))
     return Outcome(rec)

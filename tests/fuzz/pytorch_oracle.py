@@ -109,8 +109,8 @@ def _mutate_each_output(args: list, outs, skip: set[int]) -> list:
     for i, o in enumerate(outs):
         if i in skip:
             continue
-        with _step(f"mutating output {i}"), torch.no_grad():
-            o.add_(i + 1)
+        with _step(f"mutating output {i}"):
+            oracle.mutate_output(o, i)
         states.append((i, [a.detach().clone() for a in args], [p.detach().clone() for p in outs]))
     return states
 
@@ -140,6 +140,10 @@ def _run(name: str, f: Callable, make_inputs: Callable, eager: Outcome) -> None:
         oracle._compare_grads(name, eager.record.input_grads, rec.input_grads, " (outputs and non-leaf inputs)")
     rec.after_mutation = _mutate_each_output(args, outs, skip=eager.mutation_raised)
     oracle._compare_after_mutation(name, eager.record.after_mutation, rec.after_mutation)
+    if eager.record.grads_after_mutation is not None:
+        with _step("backward after writing into the outputs"):
+            grads, _ = oracle._backward(outs, leaves, eager.mutation_weights)
+        oracle._compare_grads(name, eager.record.grads_after_mutation, grads, " (after writing into the outputs)")
     if eager.partial is not None:
         _run_partial_backward(name, compiled, make_inputs, eager.partial)
 
