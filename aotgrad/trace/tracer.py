@@ -32,6 +32,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, disable_fake_tensor_cache
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
@@ -345,7 +346,9 @@ class GraphRecorder(TorchDispatchMode):
 
 
 def _has_empty_tensor(args) -> bool:
-    return any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args)
+    """Is some argument known to have no elements? (A symbolic size: only if known for every
+    value it may take; no guard.)"""
+    return any(isinstance(a, torch.Tensor) and statically_known_true(a.numel() == 0) for a in args)
 
 
 @functools.lru_cache(maxsize=None)
