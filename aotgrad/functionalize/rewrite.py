@@ -34,6 +34,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from aotgrad.analysis import overlaps_itself
 from aotgrad.errors import UnsupportedError
 from aotgrad.functionalize import rules
+from aotgrad.trace.symbolic import SymbolicValues
 from aotgrad.trace.tracer import op_name
 
 aten = torch.ops.aten
@@ -90,6 +91,7 @@ class _Functionalizer:
         self.placeholder_roots: list[_Root] = []
         self.order = {node: i for i, node in enumerate(gm.graph.nodes)}
         self.stale = _metadata_mutated_vals(gm)
+        self.symbols = SymbolicValues(self.graph)  # sizes read from fakes, as graph values
 
     def traced_val(self, node: fx.Node) -> Any:
         """node's recorded fake value, or None where a later `t_`/`resize_` changed that
@@ -108,6 +110,12 @@ class _Functionalizer:
         node.meta["val"] = val if val is not None else self.fake_run(op, args, kwargs)
         return node
 
+    def geometry(self, *values: Any) -> Any:
+        """Sizes, strides or offsets read from fake values, as graph arguments: a symbolic one
+        (dynamic shapes) becomes the nodes that compute it from the inputs' sizes."""
+        return pytree.tree_map_only(torch.SymInt, lambda s: self.symbols.node_for(s, "a strided write's layout"),
+                                    values)
+
     def fake_run(self, op, args, kwargs):
         fake_args, fake_kwargs = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
         with contextlib.ExitStack() as stack:
@@ -124,6 +132,7 @@ class _Functionalizer:
         """The current functional value of a traced tensor."""
         if ref.cached is not None and ref.cached_version == ref.root.version:
             return ref.cached
+        self._align(ref.root, ref.chain)
         node = ref.root.value
         for step in ref.chain:
             node = self.replay(step, node, ref.root)
@@ -140,13 +149,39 @@ class _Functionalizer:
         return node
 
     def _as_strided_args(self, parent: fx.Node, root: _Root, args: tuple) -> tuple:
-        """as_strided offsets are absolute in the storage; move them onto a new root value."""
-        if parent is root.value and root.version == 0:
+        """as_strided offsets are absolute in the storage; move them onto a new root value (by
+        the roots' offsets' difference in bytes: `a.view(torch.int16).as_strided(...)` counts
+        in int16 elements). Without an offset as_strided keeps its parent's, moved already."""
+        if (parent is root.value and root.version == 0) or len(args) < 3 or args[2] is None:
             return args
-        size, stride = args[0], args[1]
-        offset = args[2] if len(args) > 2 and args[2] is not None else root.val.storage_offset()
         self._check_same_layout(root, "read a strided view of")
-        return (size, stride, offset - root.val.storage_offset() + root.value.meta["val"].storage_offset())
+        shift, itemsize = _offset_shift(root), parent.meta["val"].element_size()
+        if statically_known_true(shift == 0):
+            return args
+        assert shift % itemsize == 0, f"root offsets {shift} bytes apart, not aligned for {itemsize}-byte elements"
+        return (*args[:2], *self.geometry(_val_of(args[2]) + shift // itemsize), *args[3:])
+
+    def _align(self, root: _Root, chain: tuple) -> None:
+        """Give the root's value eager's storage offset where `chain` reads it in elements larger
+        than the offsets' difference: after `a.add_(1)` on a float input at offset 1 the new
+        value is at offset 0, and `a[1:3].view(torch.float64)` needs an even offset, as in eager.
+
+            before: add = aten.add(a, 1)                                  (offset 0; eager's a: 1)
+            after:  new_empty_strided = aten.new_empty_strided(add, [7], [1])
+                    as_strided_scatter = aten.as_strided_scatter(new_empty_strided, add, [6], [1], 1)
+                    as_strided = aten.as_strided(as_strided_scatter, [6], [1], 1)   (offset 1)
+        """
+        sizes = [root.val.element_size()] + [step.args[0].itemsize for step in chain if step.op is aten.view.dtype]
+        if statically_known_true(_offset_shift(root) % max(sizes) == 0):
+            return
+        current = root.value.meta["val"]
+        size, stride, offset = list(current.shape), list(current.stride()), root.val.storage_offset()
+        extent = offset + 1 + sum(torch.sym_max(n - 1, 0) * s for n, s in zip(size, stride))
+        extent, size, stride, offset = self.geometry(extent, size, stride, offset)
+        storage = self.emit(aten.new_empty_strided.default, (root.value, [extent], [1]))
+        placed = self.emit(aten.as_strided_scatter.default, (storage, root.value, size, stride, offset))
+        root.value = self.emit(aten.as_strided.default, (placed, size, stride, offset))
+        root.version += 1  # the same values; views cached from the old node are made again
 
     def _check_same_layout(self, root: _Root, action: str) -> None:
         current = root.value.meta["val"]
@@ -234,6 +269,7 @@ class _Functionalizer:
         return self.emit(aten.copy.default, (root.value, new))
 
     def _scatter_through_chain(self, root: _Root, chain: tuple, new: fx.Node) -> fx.Node:
+        self._align(root, chain)
         parents = [root.value]
         for step in chain[:-1]:
             parents.append(self.replay(step, parents[-1], root))
@@ -245,12 +281,49 @@ class _Functionalizer:
         return new
 
     def _scatter_as_strided(self, root: _Root, ref: _Ref, new: fx.Node) -> fx.Node:
+        """Write `new`, the view's value, into the root by `as_strided_scatter` at the view's
+        place in the storage (offsets absolute, as as_strided_scatter reads them).
+
+        A chain with a dtype view reinterprets bits: `a.as_strided((2,), (1,), 0).view(torch.int32)
+        .add_(1)` adds 1 to the int32 patterns of float `a`. The root and `new` are then viewed
+        in one element type first (the view's, or bytes where the sizes differ) and the result
+        viewed back in the root's; as_strided_scatter of an int32 `new` into a float root would
+        convert the values instead.
+
+            before: view = aten.view.dtype(as_strided, torch.int32); add_ = aten.add_(view, 1)
+            after:  add = aten.add(view, 1); view_1 = aten.view.dtype(a, torch.int32)
+                    as_strided_scatter = aten.as_strided_scatter(view_1, add, [2], [1], 0)
+                    a_1 = aten.view.dtype(as_strided_scatter, torch.float32)
+        """
         self._check_same_layout(root, "write through an expanded or strided view of")
-        view = ref.val
+        view, dtype = ref.val, root.val.dtype
+        unit = view.dtype if view.element_size() == root.val.element_size() else torch.uint8
+        base = self._reinterpret(root.value, unit)
+        if base.meta["val"].requires_grad:
+            # as_strided_scatter refuses a non-contiguous input that requires grad (its own
+            # backward would be wrong); this graph's backward is traced already, so a detached
+            # stand-in of the same memory computes the same value
+            base = self.emit(aten.detach.default, (base,))
+        size, stride, offset = _geometry_in(view, unit)
         # as_strided_scatter reads the offset as absolute in its input's storage
-        offset = view.storage_offset() - root.val.storage_offset() + root.value.meta["val"].storage_offset()
-        return self.emit(aten.as_strided_scatter.default,
-                         (root.value, new, list(view.shape), list(view.stride()), offset))
+        size, stride, offset = self.geometry(size, stride, offset + _offset_shift(root) // unit.itemsize)
+        scattered = self.emit(aten.as_strided_scatter.default,
+                              (base, self._reinterpret(new, unit), size, stride, offset))
+        return self._reinterpret(scattered, dtype)
+
+    def _reinterpret(self, node: fx.Node, dtype: torch.dtype) -> fx.Node:
+        """node's memory read as `dtype`, by `view(dtype)`; between element sizes only to and
+        from bytes, through a last dim of the larger element's size (`_geometry_in`), which
+        any layout allows: f32[2, 3] <-> u8[2, 3, 4]."""
+        current = node.meta["val"].dtype
+        if current == dtype:
+            return node
+        if current.itemsize == dtype.itemsize:
+            return self.emit(aten.view.dtype, (node, dtype))
+        assert torch.uint8 in (current, dtype), f"reinterpret {current} as {dtype}: only to or from bytes"
+        if current.itemsize > dtype.itemsize:
+            return self.emit(aten.view.dtype, (self.emit(aten.unsqueeze.default, (node, -1)), dtype))
+        return self.emit(aten.squeeze.dim, (self.emit(aten.view.dtype, (node, dtype)), -1))
 
     def _where(self) -> str:
         trace = self.source.meta.get("stack_trace") if self.source is not None else None
@@ -278,6 +351,7 @@ class _Functionalizer:
             ref.cached, ref.cached_version = new, 0
         else:
             self.refs[node] = new
+        self.symbols.bind_input(new, val)
 
     def on_get_attr(self, node: fx.Node) -> None:
         new = self.graph.get_attr(node.target)
@@ -332,10 +406,12 @@ class _Functionalizer:
         parent = self.refs[node.args[0]]
         args = tuple(pytree.tree_map(self.arg_value, tuple(node.args[1:])))  # symbolic sizes: new graph's nodes
         step = ViewStep(node.target, args, tuple(sorted(node.kwargs.items())))
+        self._align(parent.root, parent.chain + (step,))
         parent_value = self.value(parent)
         traced = self.traced_val(node)
-        new = self.emit(node.target, (parent_value, *args), dict(node.kwargs),
-                        val=traced if parent_value is parent.cached else None)
+        moved = self._as_strided_args(parent_value, parent.root, args) if step.op is aten.as_strided.default else args
+        new = self.emit(node.target, (parent_value, *moved), dict(node.kwargs),
+                        val=traced if moved is args else None)  # as_strided on a moved root: its own offset
         if isinstance(node.meta["val"], torch.Tensor):
             eager = traced if traced is not None else self.fake_run(
                 node.target, (parent.val, *pytree.tree_map(_val_of, tuple(node.args[1:]))), node.kwargs)
@@ -485,6 +561,25 @@ def _same_element_offsets(t: torch.Tensor, other: torch.Tensor) -> bool:
     """
     return all(statically_known_true(n <= 1) or statically_known_true(a == b)
                for n, a, b in zip(t.shape, t.stride(), other.stride()))
+
+
+def _geometry_in(t: torch.Tensor, unit: torch.dtype) -> tuple[list, list, Any]:
+    """Size, stride and storage offset of t's memory read as `unit` (t's dtype, one of the same
+    element size, or bytes): in bytes, a last dim of t's element size is added.
+
+        f32[2, 3] strides (3, 1) offset 1 in torch.uint8: [2, 3, 4], [12, 4, 1], 4
+    """
+    size, stride, offset = list(t.shape), list(t.stride()), t.storage_offset()
+    ratio = t.element_size() // unit.itemsize
+    if ratio == 1:
+        return size, stride, offset
+    assert unit == torch.uint8, f"{t.dtype} read as {unit}: only as bytes"
+    return size + [ratio], [s * ratio for s in stride] + [1], offset * ratio
+
+
+def _offset_shift(root: _Root) -> Any:
+    """How many bytes later in its storage the root's value starts than eager's root."""
+    return (root.value.meta["val"].storage_offset() - root.val.storage_offset()) * root.val.element_size()
 
 
 def _val_of(a: Any) -> Any:

@@ -265,3 +265,144 @@ def test_as_strided_write_after_a_write_that_restrided_a_size_one_dim_matches_ea
         v0.as_strided((2,), (1,), 1).mul_(3)
         return v0 * 1
     assert_same_as_eager(fn, [torch.randn(3, 1, 1, requires_grad=True)])
+
+
+# -- writes through dtype views, as_strided and expand ---------------------------
+
+def _same_as_eager_on_storage(fn, make_inputs):
+    """Run fn eagerly and compiled on fresh inputs from `make_inputs() -> (args, leaves)`, where
+    args may view their leaves at an offset, transposed or share one (a synthetic base); compare
+    the outputs, the leaves' final memory and, after a backward of the outputs that require
+    grad, the leaves' grads (NaNs equal: a write of int bits can make float NaNs)."""
+    results = []
+    for run in (fn, aotgrad.aot_function(fn, aotgrad.nop)):
+        args, leaves = make_inputs()
+        outs = run(*args)
+        differentiable = [o for o in outs if o.requires_grad]
+        if differentiable:
+            torch.autograd.backward(differentiable, [torch.ones_like(o) for o in differentiable])
+        results.append(([o.detach().clone() for o in outs], [leaf.detach().clone() for leaf in leaves],
+                        [leaf.grad for leaf in leaves]))
+    (outs, leaves, grads), (expected_outs, expected_leaves, expected_grads) = results[1], results[0]
+    torch.testing.assert_close(outs, expected_outs, equal_nan=True, msg=lambda m: f"outputs: {m}")
+    torch.testing.assert_close(leaves, expected_leaves, equal_nan=True, msg=lambda m: f"inputs after: {m}")
+    torch.testing.assert_close(grads, expected_grads, equal_nan=True, msg=lambda m: f"grads: {m}")
+
+
+def _inputs(shape, view=lambda leaf: leaf, requires_grad=False):
+    def make_inputs():
+        torch.manual_seed(0)
+        leaf = torch.randn(shape, requires_grad=requires_grad)
+        return [view(leaf)], [leaf]
+    return make_inputs
+
+
+def test_write_through_dtype_view_of_as_strided_view_reinterprets_the_bits():
+    # fuzz finding 35: the int32 sum went back into the float root as a value conversion
+    def fn(a):
+        v1 = a.as_strided((2,), (1,), 0).view(torch.int32)
+        v1.add_(1)
+        return (v1,)
+    gm, _ = functionalize(_trace(fn, torch.randn(2)).gm)
+    scatter = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.as_strided_scatter.default)
+    assert [a.meta["val"].dtype for a in scatter.args[:2]] == [torch.int32, torch.int32]
+    _same_as_eager_on_storage(fn, _inputs((2,)))
+
+
+def test_fill_through_dtype_view_of_as_strided_view_writes_int_bits_into_the_returned_base():
+    def fn(a):
+        a.as_strided((2,), (1,), 1).view(torch.int32).fill_(-1.5)   # int -1: float NaN bits
+        return (a,)
+    _same_as_eager_on_storage(fn, _inputs((3,)))
+
+
+def test_index_fill_through_dtype_view_of_an_input_rebuilt_on_a_synthetic_base():
+    # a and b share memory and a is mutated: both are rebuilt as base.as_strided(...)
+    def fn(a, b):
+        v0 = a.view(torch.int32)
+        v0.index_fill_(0, torch.tensor([0, 1]), -1.5)
+        return v0, b * 1
+
+    def make_inputs():
+        leaf = torch.randn(2)
+        return [leaf, leaf[0]], [leaf]
+    _same_as_eager_on_storage(fn, make_inputs)
+
+
+def test_write_through_as_strided_view_read_as_smaller_elements_reaches_the_right_bytes():
+    def fn(a):
+        v1 = a.as_strided((2, 2), (3, 1), 1).view(torch.int16)    # float32 -> int16: (2, 4)
+        v1[:, 1:3].add_(7)
+        return v1, a
+    _same_as_eager_on_storage(fn, _inputs((2, 3), lambda leaf: leaf.view(-1)[0:6].view(2, 3)))
+    _same_as_eager_on_storage(fn, _inputs((7,), lambda leaf: leaf[1:].view(2, 3)))
+
+
+def test_write_through_as_strided_view_read_as_larger_elements_reaches_the_right_bytes():
+    def fn(a):
+        v1 = a.as_strided((2,), (1,), 2).view(torch.float64)      # float32 -> float64: (1,)
+        v1.mul_(-3)
+        return v1, a
+    _same_as_eager_on_storage(fn, _inputs((6,), lambda leaf: leaf[2:]))
+
+
+def test_write_through_as_strided_view_of_a_dtype_view_reaches_the_right_bytes():
+    def fn(a):
+        v1 = a.view(torch.int16).as_strided((3,), (2,), 3)
+        v1.add_(5)
+        return v1, a
+    _same_as_eager_on_storage(fn, _inputs((7,), lambda leaf: leaf[1:]))
+
+
+def test_as_strided_view_made_after_a_write_moved_the_input_reads_eagers_elements():
+    # the new value of `a` starts at offset 0, eager's `a` at 1: as_strided offsets are absolute
+    def fn(a):
+        a.add_(1)
+        v = a.as_strided((2,), (1,), 3)
+        v.mul_(2)
+        return v, a.view(torch.int16).as_strided((2,), (1,), 5) * 1
+    _same_as_eager_on_storage(fn, _inputs((7,), lambda leaf: leaf[1:]))
+
+
+def test_larger_dtype_view_after_a_write_moved_the_input_gets_eagers_alignment():
+    # a[1:5] is at offset 2 in eager, so it may be read as float64; the new value of `a` starts
+    # at 0, where a[1:5] would be at the odd offset 1: the root is moved back to eager's offset
+    def fn(a):
+        a.add_(1)
+        v = a[1:5].view(torch.float64)
+        v.as_strided((1,), (1,), 2).mul_(2)
+        return v * 1, a
+    _same_as_eager_on_storage(fn, _inputs((7,), lambda leaf: leaf[1:]))
+
+
+def test_write_through_expand_of_detached_alias_of_strided_input_requiring_grad():
+    # fuzz finding 36: as_strided_scatter refuses a non-contiguous input that requires grad
+    def fn(a):
+        v0 = a.detach()
+        v0.expand_as(a).zero_()
+        return (v0,)
+    _same_as_eager_on_storage(fn, _inputs((2, 3), lambda leaf: leaf.t(), requires_grad=True))
+
+
+def test_as_strided_write_into_a_transposed_intermediate_requiring_grad_matches_eager():
+    def fn(a):
+        v0 = a.t() * 1
+        v0.as_strided((2,), (1,), 0).add_(1)
+        return v0.sin(), a.detach().as_strided((2,), (3,), 1).view(torch.int32) * 1
+    _same_as_eager_on_storage(fn, _inputs((2, 3), requires_grad=True))
+
+
+def test_write_through_imag_of_a_complex_input_lands_in_its_imaginary_parts():
+    # `imag` is view_as_real then select: no inverse, so as_strided_scatter of float32 into complex64 bytes
+    def fn(a):
+        a.imag.fill_(2)
+        return (a,)
+    _same_as_eager_on_storage(fn, _inputs((3,), lambda leaf: leaf.to(torch.complex64)))
+
+
+def test_write_through_view_as_complex_of_a_float_input_lands_in_its_pairs():
+    def fn(a):
+        v = torch.view_as_complex(a.view(2, 2))
+        v.mul_(1j)
+        return a, v
+    _same_as_eager_on_storage(fn, _inputs((4,)))
