@@ -219,22 +219,27 @@ class SyntheticBase:
     tensor in eager, not a new view: `returned_inputs`, learnt while tracing, says which,
     and `run` hands back the caller's tensors there.
 
-    The views are traced at their example's sizes, strides and offsets, also with
-    dynamic=True (only the base's sizes are symbols): `matches` says whether a call's
-    inputs have that geometry, and other geometries compile again.
+    With aot_function(dynamic=True) the views are traced at their example's sizes, strides
+    and offsets (only the base's sizes are symbols): `matches` says whether a call's inputs
+    have that geometry, and other geometries compile again. When the examples' geometry is
+    itself symbolic (torch.compile's fakes), each view's sizes, strides and offset are passed
+    as size carriers after the base instead, and the trace reads them from those.
     """
 
     group: list[int]                       # positions among the unique inputs
     views: list[tuple]                     # (size, stride, storage_offset) of each, absolute
     base: tuple                            # the base's (size, stride, storage_offset)
     returned_inputs: dict[int, int] = field(default_factory=dict)  # flat output -> unique input it is
+    symbolic: bool = False                 # the geometry is passed per call (size carriers)
 
     @staticmethod
     def of(unique: Sequence[torch.Tensor], group: list[int], error: Exception) -> "SyntheticBase":
         bases = {id(_base_of(unique[i])) for i in group}
         if len(bases) != 1:
             raise error
-        return SyntheticBase(group, [_geometry(unique[i]) for i in group], _geometry(_base_of(unique[group[0]])))
+        views = [_geometry(unique[i]) for i in group]
+        symbolic = any(isinstance(v, torch.SymInt) for v in pytree.tree_leaves(views))
+        return SyntheticBase(group, views, _geometry(_base_of(unique[group[0]])), symbolic=symbolic)
 
     def matches(self, tensors: Sequence[torch.Tensor], keep: Sequence[int], base_too: bool) -> bool:
         """Do these inputs have the traced views' geometry (and the base's, if `base_too`)?"""
@@ -244,7 +249,13 @@ class SyntheticBase:
 
     def inputs(self, tensors: Sequence[torch.Tensor], keep: Sequence[int]) -> list[torch.Tensor]:
         unique = [tensors[i] for i in keep]
-        return [t for i, t in enumerate(unique) if i not in self.group] + [_base_of(unique[self.group[0]])]
+        base = _base_of(unique[self.group[0]])
+        others = [t for i, t in enumerate(unique) if i not in self.group]
+        if not self.symbolic:
+            return others + [base]
+        geometry = pytree.tree_leaves([_geometry(unique[i]) for i in self.group])
+        fake_mode = detect_fake_mode([base])
+        return others + [base] + [size_carrier(n, fake_mode) for n in geometry]
 
     def run(self, runtime: Callable, tensors: Sequence[torch.Tensor], keep: Sequence[int]) -> list:
         outs = runtime(self.inputs(tensors, keep))
@@ -254,16 +265,36 @@ class SyntheticBase:
 
     def wrap(self, flat_fn: Callable) -> Callable:
         group, views = self.group, self.views
+        num_carriers = len(pytree.tree_leaves(views)) if self.symbolic else 0
 
         def with_views(*args):
+            if num_carriers:  # the views' geometry, read from the carriers' sizes
+                args, carriers = args[:-num_carriers], args[-num_carriers:]
+                _, spec = pytree.tree_flatten(views)
+                geometry = pytree.tree_unflatten([c.shape[0] for c in carriers], spec)
+            else:
+                geometry = views
             base, rest = args[-1], iter(args[:-1])
             n = len(args) - 1 + len(group)
-            rebuilt = {i: base.as_strided(*view) for i, view in zip(group, views)}
+            rebuilt = {i: base.as_strided(*view) for i, view in zip(group, geometry)}
             outs = flat_fn(*[rebuilt[i] if i in rebuilt else next(rest) for i in range(n)])
             self.returned_inputs = {k: i for k, out in enumerate(outs) for i, view in rebuilt.items()
                                     if out is view}
             return outs
         return with_views
+
+
+_CARRIER_BASE = torch.empty(())
+
+
+def size_carrier(n, fake_mode=None) -> torch.Tensor:
+    """A tensor whose one size is n and that holds no memory (a 0-d tensor expanded): a
+    graph reads n as its size, so a number becomes a symbol the trace can read. A fake
+    one in `fake_mode` (tracing; n may be a SymInt)."""
+    if fake_mode is None:
+        return _CARRIER_BASE.expand(n)
+    with fake_mode:
+        return torch.empty(()).expand(n)
 
 
 def _geometry(t: torch.Tensor) -> tuple:
@@ -381,6 +412,8 @@ def _entry_guard(sizes_guard: Callable | None, synthetic_base: SyntheticBase | N
         if sizes_guard is None:
             return None
         return lambda ts, kp: sizes_guard([ts[i] for i in kp])
+    if synthetic_base.symbolic:  # under torch.compile: dynamo guards the views
+        return None if sizes_guard is None else lambda ts, kp: sizes_guard(synthetic_base.inputs(ts, kp))
     static = sizes_guard is None
     return lambda ts, kp: (synthetic_base.matches(ts, kp, base_too=static)
                            and (static or sizes_guard(synthetic_base.inputs(ts, kp))))

@@ -9,7 +9,6 @@ for every size dynamo's guards admit (see compile_graph_module).
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Sequence
 
 import torch
@@ -18,12 +17,8 @@ from torch._guards import TracingContext
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from aotgrad.api import AotFunction, Options
-from aotgrad.errors import MutatedAliasedInputsError
+from aotgrad.api import AotFunction, Options, size_carrier
 from aotgrad.trace import GraphRecorder, UserGraphRunner
-
-log = logging.getLogger("aotgrad")
-
 
 def _is_symbolic(value: Any) -> bool:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -113,27 +108,11 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     sizes = {i: v for i, v in enumerate(examples) if isinstance(v, (torch.SymInt, int))}
     carried = _uncarried_sizes(examples, sizes)
     for i in carried:  # a size no tensor input has (an int argument): passed as a tensor of that size
-        with TracingContext.get().fake_mode:
-            examples[i] = torch.empty(()).expand(sizes.pop(i))
+        examples[i] = size_carrier(sizes.pop(i), TracingContext.get().fake_mode)
     compiled = AotFunction(_ModuleAsFunction(gm, names, sizes, frozenset(carried)),
                            dataclasses.replace(options, dynamic=True))
-    try:
-        compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
-    except MutatedAliasedInputsError:
-        # views of one tensor, one mutated: the synthetic base is not symbolic yet, so this
-        # graph is compiled per concrete shape at run time (docs/plan.md, issue 4)
-        log.info("aotgrad: aliased mutated inputs with symbolic sizes; compiling per concrete shape")
-        return _runner(AotFunction(_ModuleAsFunction(gm, names), options), params)
+    compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
     return _runner(compiled, params, skip=set(sizes), carried=carried)
-
-
-_CARRIER_BASE = torch.empty(())
-
-
-def _size_carrier(n):
-    """A tensor whose one size is n and that holds no memory (a 0-d tensor expanded): the
-    graph reads n as its size, so an int argument becomes a symbol the trace can read."""
-    return _CARRIER_BASE.expand(n)
 
 
 def _uncarried_sizes(examples: list, sizes: dict[int, Any]) -> list[int]:
@@ -155,7 +134,7 @@ def _runner(compiled: AotFunction, params: list, skip: set[int] = frozenset(), c
         def run(*args):
             args = list(args)
             for i in carried:
-                args[i] = _size_carrier(args[i])
+                args[i] = size_carrier(args[i])
             return compiled(*params, *[a for i, a in enumerate(args) if i not in skip])
     elif skip:
         def run(*args):

@@ -370,3 +370,29 @@ def test_aotgrad_inductor_dynamic_conv_backward_reads_saved_values_in_inductors_
     counts = _train_sweep(model, lambda n: (torch.randn(n, 3, 8, 8),), [16, 20, 24], dynamic=True,
                           inner=aotgrad_inductor_backend)
     assert counts == [1, 1, 1]
+
+
+def test_compile_dynamic_mutated_views_of_one_tensor_compile_once():
+    """Inputs that are views of one tensor, one mutated (a synthetic base), under
+    torch.compile(dynamic=True): the views' sizes, strides and offsets are symbols passed
+    beside the base, so every size runs the one graph."""
+    def fn(a, b):
+        a.mul_(2)
+        return a + b, b
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    for n in (4, 6, 9):
+        leaf = torch.randn(n + 1, requires_grad=True)
+        twin = leaf.detach().clone().requires_grad_()
+        base, base_twin = leaf * 1, twin * 1
+        a_in, b_in = base[:n], base[1:]
+        (out, b), (expected, b_expected) = compiled(a_in, b_in), fn(base_twin[:n], base_twin[1:])
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(base, base_twin)
+        assert b is b_in  # the caller's tensor, as in eager
+        (out.sum() + b.sum()).backward()
+        (expected.sum() + b_expected.sum()).backward()
+        torch.testing.assert_close(leaf.grad, twin.grad)
+    assert backend.compiles == 1
