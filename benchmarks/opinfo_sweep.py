@@ -375,6 +375,28 @@ def write_report(path: str, rows: list, results: dict, args, elapsed: float, not
             "mismatches": [i for i, _ in mismatches], "aotgrad_only": aot_only}
 
 
+def _reused_pytorch(args, results: dict) -> str:
+    """Fill PyTorch's side from an earlier run's JSON: PyTorch's results do not change with
+    aotgrad's commit, only with torch's version and the mode, which must match."""
+    import torch
+
+    with open(args.reuse_pytorch) as f:
+        earlier = json.load(f)
+    for key in ("dynamic", "samples"):
+        if earlier["args"].get(key) != getattr(args, key):
+            raise SystemExit(f"--reuse-pytorch: that run had {key}={earlier['args'].get(key)}, this one "
+                             f"{getattr(args, key)}")
+    if earlier.get("torch", torch.__version__) != torch.__version__:
+        raise SystemExit(f"--reuse-pytorch: that run used torch {earlier['torch']}, this is {torch.__version__}")
+    reused = 0
+    for key, result in earlier["results"].items():
+        ident, side = key.rsplit("::", 1)
+        if side == "pytorch":
+            results[(ident, "pytorch")] = result
+            reused += 1
+    return f"{reused} results, torch {torch.__version__}"
+
+
 # ----------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -392,11 +414,13 @@ def main(argv=None) -> int:
                    help="symbolic sizes: dynamic=True on both sides (report: docs/opinfo_sweep_dynamic.md)")
     p.add_argument("--out", default="", help="report path (default docs/opinfo_sweep[_dynamic].md)")
     p.add_argument("--json", default="", help="also write raw per-op results as JSON here")
+    p.add_argument("--reuse-pytorch", default="",
+                   help="take PyTorch's side from this earlier --json (same torch, same mode) instead of running it")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     args.out = args.out or os.path.join(here, "docs", "opinfo_sweep_dynamic.md" if args.dynamic else "opinfo_sweep.md")
 
-    import torch  # noqa: F401
+    import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
     wanted = {s.strip() for s in args.ops.split(",") if s.strip()}
@@ -431,12 +455,14 @@ def main(argv=None) -> int:
 
     raw = run_all(tasks, args.jobs, args.samples, args.timeout, progress, args.dynamic)
     results = {(by_index[index], side): r for (index, side), r in raw.items()}
+    if args.reuse_pytorch:
+        note += f" PyTorch's side from `{os.path.basename(args.reuse_pytorch)}` ({_reused_pytorch(args, results)})."
     elapsed = time.monotonic() - t0
     rows = [(ident, name, variant) for _, ident, name, variant in selected]
     summary = write_report(args.out, rows, results, args, elapsed, note)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "elapsed_s": elapsed, "summary": summary,
+            json.dump({"args": vars(args), "torch": torch.__version__, "elapsed_s": elapsed, "summary": summary,
                        "results": {f"{k[0]}::{k[1]}": v for k, v in results.items()}}, f, indent=1)
     print(json.dumps(summary["counts"]), f"elapsed {elapsed / 60:.1f} min", flush=True)
     print(f"PyTorch passes, aotgrad does not ({len(summary['regressions'])}):",
