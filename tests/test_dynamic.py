@@ -123,6 +123,15 @@ def test_composite_ops_run_their_python_kernels_with_symbolic_sizes():
     assert len(compiler.graphs) == 2
 
 
+def test_a_write_through_a_reshaped_view_of_an_intermediate_keeps_sizes_symbolic():
+    def fn(x):
+        y = x * 2
+        y.view(-1)[1:3].mul_(3)  # scattered back through view(-1): reshape to y's symbolic sizes
+        return y
+    compiler = _check_sweep(fn, lambda n: (torch.randn(n, 5, requires_grad=True),), [3, 4, 7])
+    assert len(compiler.graphs) == 2
+
+
 def test_symbol_splitting_cat_then_matmuls():
     w1, w2 = torch.randn(16, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
 

@@ -277,7 +277,7 @@ class _Functionalizer:
             view_val = new.meta["val"]
             op, args = rules.scatter_step(step.op)(parent, new, step.args, step.index,
                                                    parent.meta["val"], view_val)
-            new = args if op is None else self.emit(op, args)
+            new = args if op is None else self.emit(op, self.geometry(*args))  # (sizes read off fakes)
         return new
 
     def _scatter_as_strided(self, root: _Root, ref: _Ref, new: fx.Node) -> fx.Node:
