@@ -96,6 +96,9 @@ class OutputInfo:
     # the rebuilt view has eager's dtype, conj/neg bits and grad_fn. None: rebuild with
     # as_strided (same elements, same dtype; only when the chain could not be recovered).
     replay: tuple[ViewStep, ...] | None = None
+    # ALIAS_OF_*: eager's output has a version counter of its own (`x.data`): a write
+    # through it bumps no version of its base, so the rebuilt alias gets one too
+    own_version_counter: bool = False
 
 
 @dataclass
@@ -355,6 +358,12 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
                 infos[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, forward_index[id(base)], tuple(out.shape),
                                       out.stride(), out.storage_offset() - base.storage_offset(),
                                       out.requires_grad)
+    for k, info in enumerate(infos):
+        if info.kind is OutputKind.ALIAS_OF_INPUT and not _shares_version_counter(outs[k], values[info.index]):
+            infos[k] = dataclasses.replace(info, own_version_counter=True)
+        elif info.kind is OutputKind.ALIAS_OF_OUTPUT and \
+                not _shares_version_counter(outs[k], forward_outputs[info.index]):
+            infos[k] = dataclasses.replace(info, own_version_counter=True)
     if node_of is not None:
         input_nodes = {node_of(v): i for i, v in enumerate(values)}
         output_nodes = {node_of(t): j for j, t in enumerate(forward_outputs)}
@@ -367,6 +376,16 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
         inputs=[], outputs=infos, forward_outputs=forward_outputs, num_fresh_user_outputs=num_fresh,
         forward_output_strides=[t.stride() for t in forward_outputs],
         leaf_outputs=[j for j, t in enumerate(forward_outputs) if is_new_leaf(t)])
+
+
+def _shares_version_counter(t: torch.Tensor, base: torch.Tensor) -> bool:
+    """Does a write to `base` bump `t`'s version (a view, `detach`), or has `t` a counter of
+    its own (`.data`)? Tried on the fake values: bump `base`'s version, then restore it."""
+    before = t._version
+    torch.autograd.graph.increment_version(base)
+    shared = t._version != before
+    torch._C._autograd._unsafe_set_version_counter((base,), (base._version - 1,))
+    return shared
 
 
 def is_new_leaf(t: torch.Tensor) -> bool:

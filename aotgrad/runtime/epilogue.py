@@ -91,6 +91,7 @@ class RebuildOutput:
     value: Any = None
     replay: tuple[ViewStep, ...] | None = None
     symbolic: bool = False  # sizes or view arguments are SymInts: made concrete per call
+    own_version_counter: bool = False  # eager's output does not share its base's (`x.data`)
 
     def concrete(self, env: dict) -> "RebuildOutput":
         """This step with the call's sizes (dynamic shapes)."""
@@ -98,7 +99,8 @@ class RebuildOutput:
             ViewStep(s.op, concrete(s.args, env), concrete(s.kwargs, env), s.grad_enabled) for s in self.replay)
         return RebuildOutput(self.kind, self.index, concrete(self.size, env), concrete(self.stride, env),
                              concrete(self.storage_offset, env), self.requires_grad,
-                             concrete(self.base_stride, env), self.value, replay)
+                             concrete(self.base_stride, env), self.value, replay,
+                             own_version_counter=self.own_version_counter)
 
     def run(self, inputs, outs, built: list) -> Any:
         kind = self.kind
@@ -111,6 +113,8 @@ class RebuildOutput:
         if kind is OutputKind.CONSTANT:
             return self.value
         base = inputs[self.index] if kind is OutputKind.ALIAS_OF_INPUT else outs[self.index]
+        if self.own_version_counter:
+            return self._view(base).data  # the same memory, a version counter of its own
         if self.requires_grad or not base.requires_grad:
             return self._view(base)
         with torch.no_grad():
@@ -166,7 +170,7 @@ class Epilogue:
                 has_symbols((tuple(info.size), tuple(info.stride), info.storage_offset, base_stride, replay_args))
             outputs.append(RebuildOutput(info.kind, info.index, info.size, tuple(info.stride),
                                          info.storage_offset, info.requires_grad, base_stride, info.value,
-                                         info.replay, symbolic))
+                                         info.replay, symbolic, info.own_version_counter))
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
         restrides = _restride_bases(analysis, symbol_sources or {})
         symbolic = any(o.symbolic for o in outputs) or any(r.symbolic for r in restrides)

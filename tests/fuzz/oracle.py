@@ -180,6 +180,25 @@ def _non_leaf_inputs(args: list) -> list:
     return [a for a in unique if a.requires_grad and a.grad_fn is not None]
 
 
+def _writes_untracked_by_autograd(args: list, outs) -> bool:
+    """Does an output share memory with an input or another output without sharing its
+    version counter (`x.data`)? A write through it changes what autograd saved without
+    autograd knowing, and which values the backward then reads depends on what each
+    implementation chose to save (eager's own docs call it unsafe): the grads after writing
+    into the outputs are not compared then."""
+    tensors = list({id(t): t for t in [*args, *outs]}.values())
+    for o in outs:
+        for t in tensors:
+            if t is not o and shares_memory(o, t):
+                before = o._version
+                torch.autograd.graph.increment_version(t)
+                shared = o._version != before
+                torch._C._autograd._unsafe_set_version_counter((t,), (t._version - 1,))
+                if not shared:
+                    return True
+    return False
+
+
 def mutate_output(o: torch.Tensor, i: int) -> None:
     """Write into output i in place, with grad mode on: autograd's rules for in-place writes
     apply as in eager (a write through a view rewrites its base's history; one into a
@@ -266,10 +285,12 @@ def run_eager(f: Callable, make_inputs: Callable, seed: int = 0) -> Outcome:
         rec.input_grads, input_weights = _backward(_non_leaf_inputs(args), leaves, None, seed=2)
     except RuntimeError:
         pass
+    untracked = _writes_untracked_by_autograd(args, outs)
     rec.after_mutation, raised = _mutate_outputs(args, outs, skip=set())
     mutation_weights = None
     try:  # the grads now flow through the writes into the outputs (and into what they view)
-        rec.grads_after_mutation, mutation_weights = _backward(outs, leaves, None, seed=4)
+        if not untracked:
+            rec.grads_after_mutation, mutation_weights = _backward(outs, leaves, None, seed=4)
     except RuntimeError:
         pass
     try:
