@@ -358,11 +358,11 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
                 infos[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, forward_index[id(base)], tuple(out.shape),
                                       out.stride(), out.storage_offset() - base.storage_offset(),
                                       out.requires_grad)
-    for k, info in enumerate(infos):
-        if info.kind is OutputKind.ALIAS_OF_INPUT and not _shares_version_counter(outs[k], values[info.index]):
-            infos[k] = dataclasses.replace(info, own_version_counter=True)
-        elif info.kind is OutputKind.ALIAS_OF_OUTPUT and \
-                not _shares_version_counter(outs[k], forward_outputs[info.index]):
+    for k, info in enumerate(infos):  # (`unsafe_split`'s outputs have their own too, but a history)
+        if info.kind not in (OutputKind.ALIAS_OF_INPUT, OutputKind.ALIAS_OF_OUTPUT) or info.requires_grad:
+            continue
+        base = values[info.index] if info.kind is OutputKind.ALIAS_OF_INPUT else forward_outputs[info.index]
+        if not _shares_version_counter(outs[k], base):
             infos[k] = dataclasses.replace(info, own_version_counter=True)
     if node_of is not None:
         input_nodes = {node_of(v): i for i, v in enumerate(values)}

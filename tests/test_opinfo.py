@@ -222,7 +222,8 @@ DYNAMIC_OPS = [
     "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
     "nn.functional.cross_entropy", "nn.functional.mse_loss", "softmax", "log_softmax",
     "nn.functional.scaled_dot_product_attention", "nn.functional.embedding", "nn.functional.gelu",
-    "nn.functional.softshrink", "cat", "stack", "fft.rfft", "linalg.cholesky", "linalg.solve",
+    "nn.functional.softshrink", "cat", "stack", "fft.rfft", "linalg.cholesky", "linalg.solve", "unsafe_split",
+    "linalg.householder_product",
 ]
 
 
