@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from aotgrad.partition.graphs import JointParts, build_backward, build_forward, split_joint
+from aotgrad.partition.graphs import with_bare_symbols, JointParts, build_backward, build_forward, split_joint
 
 
 def default_partition(joint_gm: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int
@@ -25,6 +25,7 @@ def default_partition(joint_gm: fx.GraphModule, joint_inputs, *, num_fwd_outputs
     """
     parts = split_joint(joint_gm, num_fwd_outputs)
     saved = saved_values(parts, parts.forward_nodes)
+    saved = with_bare_symbols(parts, saved)
     return build_forward(parts, saved), build_backward(parts, saved)
 
 

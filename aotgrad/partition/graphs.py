@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import operator
 
+import sympy
 import torch
 import torch.fx as fx
 
@@ -60,6 +61,63 @@ def split_joint(joint_gm: fx.GraphModule, num_fwd_outputs: int) -> JointParts:
 def _copy_nodes(graph: fx.Graph, nodes, env: dict) -> None:
     for node in nodes:
         env[node] = graph.node_copy(node, lambda n: env[n])
+
+
+def with_bare_symbols(parts: JointParts, saved: list[fx.Node]) -> list[fx.Node]:
+    """`saved` plus a size node for each symbol the backward's inputs have only inside an
+    expression (a saved `[s0*s1, 64]` tensor and nothing of size `s0`): a graph compiler
+    such as Inductor binds each symbol from an input that is exactly that symbol.
+
+        before: saved view "f32[s0*s1, 64]"           after: saved view, sym_size(tokens, 0),
+                                                              sym_size(tokens, 1)
+    """
+    values = [n.meta.get("val") for n in [*saved, *parts.tangents]]
+    needed, bound = set(), set()
+    for val in values:
+        for v in _symbolic_parts(val):
+            needed |= v.node.expr.free_symbols
+            if isinstance(v.node.expr, sympy.Symbol):
+                bound.add(v.node.expr)
+    missing = needed - bound
+    if not missing:
+        return saved
+    extra = []
+    for symbol in sorted(missing, key=str):
+        node = _node_for_symbol(parts, symbol)
+        if node is not None:
+            extra.append(node)
+    return saved + extra
+
+
+def _symbolic_parts(val) -> list:
+    if isinstance(val, torch.Tensor):
+        return [v for v in (*val.shape, *val.stride(), val.storage_offset()) if isinstance(v, torch.SymInt)]
+    return [val] if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) else []
+
+
+def _node_for_symbol(parts: JointParts, symbol) -> fx.Node | None:
+    """A forward node whose value is `symbol`: one in the graph, or a new `sym_size` (stride,
+    offset) of the primal that has it."""
+    for node in parts.joint.graph.nodes:
+        val = node.meta.get("val")
+        if node in parts.forward_nodes and isinstance(val, torch.SymInt) and val.node.expr == symbol:
+            return node
+    for primal in parts.primals:
+        val = primal.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        reads = [(torch.ops.aten.sym_size.int, (primal, d), v) for d, v in enumerate(val.shape)]
+        reads += [(torch.ops.aten.sym_stride.int, (primal, d), v) for d, v in enumerate(val.stride())]
+        reads.append((torch.ops.aten.sym_storage_offset.default, (primal,), val.storage_offset()))
+        for op, args, v in reads:
+            if isinstance(v, torch.SymInt) and v.node.expr == symbol:
+                last_placeholder = list(parts.joint.graph.find_nodes(op="placeholder"))[-1]
+                with parts.joint.graph.inserting_after(last_placeholder):
+                    node = parts.joint.graph.call_function(op, args)
+                node.meta["val"] = v
+                parts.forward_nodes.add(node)
+                return node
+    return None
 
 
 def saved_in_runtime_order(saved: list[fx.Node]) -> list[fx.Node]:

@@ -15,7 +15,7 @@ import networkx as nx
 import torch
 import torch.fx as fx
 
-from aotgrad.partition.graphs import build_backward, build_forward, split_joint, tensor_bytes
+from aotgrad.partition.graphs import with_bare_symbols, build_backward, build_forward, split_joint, tensor_bytes
 
 aten = torch.ops.aten
 _INF = float("inf")
@@ -67,6 +67,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, 
                  if name.endswith("_in") and f"{name[:-3]}_out" not in reachable]
         saved = [n for n in joint_gm.graph.nodes if n in set(saved)]
     parts.backward_nodes = _backward_nodes(parts, saved)
+    saved = with_bare_symbols(parts, saved)
     return build_forward(parts, saved), build_backward(parts, saved)
 
 

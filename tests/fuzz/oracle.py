@@ -349,14 +349,20 @@ def _dynamo_differs_too(e: FuzzFailure, f: Callable, make_inputs: Callable, eage
     return False
 
 
-def _run_backend(name: str, f: Callable, make_inputs: Callable, eager: Outcome) -> Outcome:
-    compiled = BACKENDS[name](f)
+def _fresh_call(fn: Callable, make_inputs: Callable) -> tuple[list, list, list[int], tuple]:
+    """fn on fresh inputs: (inputs, leaves, the inputs' versions before, outputs)."""
     args, leaves = make_inputs()
     versions = [a._version for a in args]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs = fn(*args)
+    return args, leaves, versions, outs
+
+
+def _run_backend(name: str, f: Callable, make_inputs: Callable, eager: Outcome) -> Outcome:
+    compiled = BACKENDS[name](f)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            outs = compiled(*args)
+        args, leaves, versions, outs = _fresh_call(compiled, make_inputs)
     except Exception as e:
         clear = _aotgrad_error(e)
         if clear is not None:
@@ -404,12 +410,8 @@ def _check_partial_backward(name: str, compiled: Callable, make_inputs: Callable
     """A second call of the compiled function on fresh inputs, compared with eager's second
     call, then backward through the same outputs as eager's only. Returns aotgrad's clear
     error, if it raised one."""
-    args, leaves = make_inputs()
-    versions = [a._version for a in args]
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            outs = compiled(*args)
+        args, leaves, versions, outs = _fresh_call(compiled, make_inputs)
     except Exception as e:
         clear = _aotgrad_error(e)
         if clear is not None:
