@@ -63,3 +63,22 @@ def test_float_expressions_of_sizes():
     for a, b in ((3, 5), (6, 4)):
         got = gm(torch.randn(a, b))
         assert got == pytest.approx((a * b / (a * b - 1), a * b * 0.5))
+
+
+def test_choices_and_logic_over_sizes():
+    graph, values, (x,) = _graph_with_inputs((6, 4))
+    s0, s1 = x.shape
+    choice = torch.sym_ite((s0 > 5) & (s1 < 5), s0, s1 * 2)
+    graph.output((values.node_for(choice), values.node_for(torch.sym_not(s0 > s1) | (s1 > 3))))
+    gm = fx.GraphModule({}, graph)
+    for a, b in ((6, 4), (3, 4), (8, 9), (2, 2)):
+        assert gm(torch.randn(a, b)) == ((a if (a > 5 and b < 5) else b * 2), (not a > b) or b > 3)
+
+
+def test_an_expression_aotgrad_cannot_write_is_a_clear_error():
+    import sympy
+
+    graph, values, (x,) = _graph_with_inputs((6, 4))
+    unknown = sympy.Function("unknown_fn")(x.shape[0].node.expr)
+    with pytest.raises(UnsupportedError, match="cannot express `unknown_fn`.*mark the sizes involved static"):
+        values._compute(unknown, "the size of a view")
