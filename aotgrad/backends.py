@@ -73,6 +73,30 @@ def _restrided(val: torch.Tensor, stride: tuple) -> torch.Tensor:
         return torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
 
 
+def _symbolic_layout(val: torch.Tensor, stride: Sequence) -> tuple | None:
+    """The strides Inductor reported for a saved value, in terms of `val`'s symbolic sizes.
+
+    Inductor may report strides at the example's values (48 for `8*s1`); compiling the
+    backward for those numbers would guard s1 == 6, and every new size would compile again.
+    A dense layout (channels-last, say) is rebuilt from its dim order with the symbolic
+    sizes; None if the numbers are no dense layout of these sizes (then no restride)."""
+    if not any(isinstance(s, torch.SymInt) for s in val.shape) or any(isinstance(s, torch.SymInt) for s in stride):
+        return tuple(stride)
+    hints = [_hint(s) for s in val.shape]
+    order = sorted(range(val.dim()), key=lambda d: (stride[d], hints[d] or 0))
+    symbolic, step = [0] * val.dim(), 1
+    for d in order:
+        symbolic[d] = step
+        step = step * val.shape[d]
+    if any(hints[d] != 1 and _hint(symbolic[d]) != stride[d] for d in range(val.dim())):
+        return None
+    return tuple(symbolic)
+
+
+def _hint(n) -> int | None:
+    return n.node.hint if isinstance(n, torch.SymInt) else n
+
+
 def _known_equal(a: Sequence, b: Sequence) -> bool:
     """Equal strides, without a guard for symbolic ones (unknown counts as different)."""
     return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
@@ -118,7 +142,9 @@ class InductorCompilers:
         if len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
                 if isinstance(val, torch.Tensor) and stride is not None:
-                    self.saved_strides[id(val)] = (val, tuple(stride))  # symbolic strides stay symbols
+                    layout = _symbolic_layout(val, stride)
+                    if layout is not None:
+                        self.saved_strides[id(val)] = (val, layout)
         return compiled
 
     def backward(self, gm: fx.GraphModule, example_inputs):
