@@ -145,6 +145,11 @@ def is_dense_layout(shape: Sequence[int], stride: Sequence[int]) -> bool:
     return True
 
 
+def known_equal(a: Sequence, b: Sequence) -> bool:
+    """Equal sizes or strides, without adding guards for symbolic ones (unknown: not equal)."""
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
 def _known_dense(shape: Sequence, stride: Sequence) -> bool:
     hints = [s.node.hint if isinstance(s, torch.SymInt) else s for s in stride]
     order = sorted(range(len(stride)), key=lambda d: (hints[d] is None, hints[d] or 0, -d))

@@ -13,9 +13,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from aotgrad import config
+from aotgrad.analysis import known_equal
 from aotgrad.api import aot_module_simplified, nop
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
 
@@ -97,11 +97,6 @@ def _hint(n) -> int | None:
     return n.node.hint if isinstance(n, torch.SymInt) else n
 
 
-def _known_equal(a: Sequence, b: Sequence) -> bool:
-    """Equal strides, without a guard for symbolic ones (unknown counts as different)."""
-    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
-
-
 def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool) -> Callable:
     from torch._inductor.compile_fx import compile_fx_inner
 
@@ -156,7 +151,7 @@ class InductorCompilers:
             recorded, stride = self.saved_strides.get(id(val), (None, None))
             if recorded is val:
                 used.append(id(val))
-                if not _known_equal(val.stride(), stride):
+                if not known_equal(val.stride(), stride):
                     inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
         for key in used:
             self.saved_strides.pop(key, None)

@@ -34,6 +34,7 @@ from aotgrad.analysis import (ForwardAnalysis, InputInfo, InputState, OutputKind
                               is_dense_layout, is_new_leaf, overlaps_itself)
 from aotgrad.errors import UnsupportedError, reject_sparse_outputs, translate_trace_error
 from aotgrad.trace import GraphRecorder
+from aotgrad.trace.symbolic import free_symbols
 
 
 @dataclass(frozen=True)
@@ -337,10 +338,10 @@ def _return_symbols_the_epilogue_needs(recorder: GraphRecorder, analysis: Forwar
     needed = set()
     for info in analysis.outputs:
         steps = [(s.args, s.kwargs) for s in info.replay or ()]
-        needed |= _free_symbols((info.size, info.stride, info.storage_offset, steps))
+        needed |= free_symbols((info.size, info.stride, info.storage_offset, steps))
     carried = set(recorder.symbolic.input_sources(
         [n for n in recorder.graph.nodes if n.op == "placeholder"]))
-    carried |= _free_symbols([(tuple(o.shape), o.stride()) for o in analysis.forward_outputs])
+    carried |= free_symbols([(tuple(o.shape), o.stride()) for o in analysis.forward_outputs])
     for symbol in sorted(needed - carried, key=str):
         value = recorder.symbolic.value_of(symbol)
         if value is None:
@@ -350,14 +351,6 @@ def _return_symbols_the_epilogue_needs(recorder: GraphRecorder, analysis: Forwar
         analysis.symbol_outputs[symbol] = len(analysis.forward_outputs)
         analysis.forward_outputs.append(out)
         analysis.forward_output_strides.append(())
-
-
-def _free_symbols(value: Any) -> set:
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return set(value.node.expr.free_symbols)
-    if isinstance(value, (tuple, list)):
-        return set().union(*(_free_symbols(v) for v in value))
-    return set()
 
 
 _SCALAR_DTYPES = {torch.SymInt: torch.int64, torch.SymFloat: torch.float64, torch.SymBool: torch.bool}

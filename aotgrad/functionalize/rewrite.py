@@ -31,7 +31,7 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import disable_fake_tensor_cache
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from aotgrad.analysis import overlaps_itself
+from aotgrad.analysis import known_equal, overlaps_itself
 from aotgrad.errors import UnsupportedError
 from aotgrad.functionalize import rules
 from aotgrad.trace.symbolic import SymbolicValues
@@ -264,7 +264,7 @@ class _Functionalizer:
         """
         current, value = root.value.meta["val"], new.meta["val"]
         if (root.origin != "intermediate" or not isinstance(value, torch.Tensor)
-                or not _known_equal(value.shape, current.shape) or _same_element_offsets(value, current)):
+                or not known_equal(value.shape, current.shape) or _same_element_offsets(value, current)):
             return new
         return self.emit(aten.copy.default, (root.value, new))
 
@@ -547,10 +547,6 @@ class _MultiView:
     def step_for(self, index: int) -> ViewStep:
         return ViewStep(self.step.op, self.step.args, self.step.kwargs, index)
 
-
-def _known_equal(a: tuple, b: tuple) -> bool:
-    """Equal sizes or strides, without adding guards for symbolic ones (unknown: not equal)."""
-    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
 
 
 def _same_element_offsets(t: torch.Tensor, other: torch.Tensor) -> bool:

@@ -13,6 +13,7 @@ import torch
 
 from aotgrad.analysis import ForwardAnalysis, OutputKind, ViewStep
 from aotgrad.runtime.sizes import SymbolSources, concrete, has_symbols
+from aotgrad.trace.symbolic import free_symbols
 
 
 @dataclass(frozen=True)
@@ -220,11 +221,9 @@ def _restride_bases(analysis: ForwardAnalysis, symbol_sources: dict) -> list[Res
     for j in sorted(bases - set(analysis.leaf_outputs)):
         stride = tuple(analysis.forward_output_strides[j])
         symbolic = has_symbols(stride)
-        if symbolic and not _free_symbols(stride) <= set(symbol_sources):
+        if symbolic and not free_symbols(stride) <= set(symbol_sources):
             continue
         steps.append(RestrideBase(j, stride, symbolic))
     return steps
 
 
-def _free_symbols(values: tuple) -> set:
-    return set().union(*(v.node.expr.free_symbols for v in values if isinstance(v, torch.SymInt)))

@@ -71,6 +71,15 @@ def is_symbolic(value: Any) -> bool:
         and not value.node.expr.is_number
 
 
+def free_symbols(value: Any) -> set:
+    """The symbols a SymInt/SymFloat/SymBool, or a nest of tuples and lists of them, uses."""
+    if isinstance(value, SYMBOLIC_TYPES):
+        return set(value.node.expr.free_symbols)
+    if isinstance(value, (tuple, list)):
+        return set().union(*(free_symbols(v) for v in value))
+    return set()
+
+
 def has_symbolic_shape(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return any(is_symbolic(s) for s in (*value.shape, *value.stride(), value.storage_offset()))
