@@ -99,6 +99,10 @@ class OutputInfo:
     # ALIAS_OF_*: eager's output has a version counter of its own (`x.data`): a write
     # through it bumps no version of its base, so the rebuilt alias gets one too
     own_version_counter: bool = False
+    # ALIAS_OF_*: eager's output has an autograd history its base does not give it (a write
+    # from a tensor requiring grad into `x.data`, or the base detached in place after the
+    # view was taken): the forward output that carries it, attached to the rebuilt alias
+    history: int | None = None
 
 
 @dataclass
@@ -363,12 +367,6 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
                 infos[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, forward_index[id(base)], tuple(out.shape),
                                       out.stride(), out.storage_offset() - base.storage_offset(),
                                       out.requires_grad)
-    for k, info in enumerate(infos):  # (`unsafe_split`'s outputs have their own too, but a history)
-        if info.kind not in (OutputKind.ALIAS_OF_INPUT, OutputKind.ALIAS_OF_OUTPUT) or info.requires_grad:
-            continue
-        base = values[info.index] if info.kind is OutputKind.ALIAS_OF_INPUT else forward_outputs[info.index]
-        if not _shares_version_counter(outs[k], base):
-            infos[k] = dataclasses.replace(info, own_version_counter=True)
     if node_of is not None:
         input_nodes = {node_of(v): i for i, v in enumerate(values)}
         output_nodes = {node_of(t): j for j, t in enumerate(forward_outputs)}
@@ -377,10 +375,65 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
                 infos[k] = _with_replay(info, outs[k], input_nodes, values, node_of)
             elif info.kind is OutputKind.ALIAS_OF_OUTPUT:
                 infos[k] = _with_replay(info, outs[k], output_nodes, forward_outputs, node_of)
+    for k, info in enumerate(infos):
+        if info.kind not in (OutputKind.ALIAS_OF_INPUT, OutputKind.ALIAS_OF_OUTPUT):
+            continue
+        base = values[info.index] if info.kind is OutputKind.ALIAS_OF_INPUT else forward_outputs[info.index]
+        if _rebuilt_autograd(info, base) != _autograd_of(outs[k]):
+            viewed = outs[k]._base is not None and (info.kind is OutputKind.ALIAS_OF_INPUT
+                                                   or len(storage_users[_storage(outs[k])]) > 1)
+            info = dataclasses.replace(info, history=len(forward_outputs))
+            forward_outputs.append(_history_carrier(outs[k], k, viewed))
+        # (`unsafe_split`'s outputs have counters of their own too, but a history a view gives)
+        if (info.history is not None or not info.requires_grad) and not _shares_version_counter(outs[k], base):
+            info = dataclasses.replace(info, own_version_counter=True)
+        infos[k] = info
     return ForwardAnalysis(
         inputs=[], outputs=infos, forward_outputs=forward_outputs, num_fresh_user_outputs=num_fresh,
         forward_output_strides=[t.stride() for t in forward_outputs],
         leaf_outputs=[j for j, t in enumerate(forward_outputs) if is_new_leaf(t)])
+
+
+def _autograd_of(t: torch.Tensor) -> tuple[bool, bool]:
+    """(requires_grad, has a grad_fn): what an output must show of its autograd history."""
+    try:
+        return t.requires_grad, t.grad_fn is not None
+    except RuntimeError:  # a no_grad view whose base changed: eager's error on reading it
+        return t.requires_grad, False
+
+
+def _rebuilt_autograd(info: OutputInfo, base: torch.Tensor) -> tuple[bool, bool]:
+    """`_autograd_of` the alias the epilogue rebuilds from `base` (as `RebuildOutput.run`:
+    detached when it must not require grad, the replayed view ops or as_strided, `.data`).
+    Worked out from the steps, not run: running them on symbolic fakes would add guards."""
+    requires_grad = base.requires_grad and info.requires_grad
+    has_grad_fn = requires_grad and info.replay is None  # as_strided, with grad mode on
+    for step in info.replay or ():
+        if isinstance(step.op, _MakeLeaf):
+            requires_grad, has_grad_fn = True, False
+        elif step.op is torch.ops.aten.detach.default:
+            requires_grad, has_grad_fn = False, False
+        elif requires_grad:
+            has_grad_fn = step.grad_enabled  # a view taken under no_grad requires grad, without a grad_fn
+    if info.own_version_counter:
+        return False, False
+    return requires_grad, has_grad_fn
+
+
+def _history_carrier(out: torch.Tensor, k: int, viewed: bool) -> torch.Tensor:
+    """`out` as a forward output whose grad_fn the rebuilt alias takes (see OutputInfo.history).
+    Only a history made by grad-mode ops can be carried, and only by an alias that is not a
+    view the caller can reach the base of (eager would regenerate its grad_fn from the base's
+    after a write to the base; the rebuilt alias keeps the carried one)."""
+    requires_grad, has_grad_fn = _autograd_of(out)
+    if viewed or not (requires_grad and has_grad_fn):
+        from aotgrad.errors import UnsupportedError
+        raise UnsupportedError(
+            f"aotgrad cannot rebuild output {k}: it shares memory with another tensor the caller gets, "
+            f"but its autograd history (requires_grad={requires_grad}) is not what a view of that tensor "
+            "would have (e.g. the base was detached in place, `base.detach_()`, after the view was taken; "
+            "or a view made a leaf under `torch.no_grad()`). To continue: return `.clone()` of that output.")
+    return out
 
 
 def _shares_version_counter(t: torch.Tensor, base: torch.Tensor) -> bool:

@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from aotgrad.errors import MutatedAliasedInputsError, reject_sparse_inputs
+from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
@@ -237,6 +237,13 @@ class SyntheticBase:
         bases = {id(_base_of(unique[i])) for i in group}
         if len(bases) != 1:
             raise error
+        base = _base_of(unique[group[0]])
+        for i in group:
+            if unique[i].requires_grad and unique[i].grad_fn is None and unique[i] is not base:
+                raise UnsupportedError(
+                    f"{error}\n(aotgrad rebuilds such inputs as views of their common base, but input {i} is a "
+                    "view that requires grad without a grad_fn, a leaf of its own (made with `requires_grad_()` "
+                    "or under `torch.no_grad()`): its gradient cannot flow through the base.)")
         views = [_geometry(unique[i]) for i in group]
         symbolic = any(isinstance(v, torch.SymInt) for v in pytree.tree_leaves(views))
         return SyntheticBase(group, views, _geometry(_base_of(unique[group[0]])), symbolic=symbolic)

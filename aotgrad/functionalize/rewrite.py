@@ -97,7 +97,8 @@ class _Functionalizer:
         """node's recorded fake value, or None where a later `t_`/`resize_` changed that
         fake in place (the tracer records live fakes), so it must be recomputed."""
         val = node.meta.get("val")
-        return None if id(val) in self.stale else val
+        parts = val if isinstance(val, (list, tuple)) else (val,)  # (`split`'s views, one of them changed)
+        return None if any(id(v) in self.stale for v in parts) else val
 
     # -- emitting -----------------------------------------------------------
     def emit(self, op, args: tuple, kwargs: dict | None = None, val=None) -> fx.Node:

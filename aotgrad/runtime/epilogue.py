@@ -93,6 +93,7 @@ class RebuildOutput:
     replay: tuple[ViewStep, ...] | None = None
     symbolic: bool = False  # sizes or view arguments are SymInts: made concrete per call
     own_version_counter: bool = False  # eager's output does not share its base's (`x.data`)
+    history: int | None = None  # the forward output whose autograd history the alias takes
 
     def concrete(self, env: dict) -> "RebuildOutput":
         """This step with the call's sizes (dynamic shapes)."""
@@ -101,7 +102,7 @@ class RebuildOutput:
         return RebuildOutput(self.kind, self.index, concrete(self.size, env), concrete(self.stride, env),
                              concrete(self.storage_offset, env), self.requires_grad,
                              concrete(self.base_stride, env), self.value, replay,
-                             own_version_counter=self.own_version_counter)
+                             own_version_counter=self.own_version_counter, history=self.history)
 
     def run(self, inputs, outs, built: list) -> Any:
         kind = self.kind
@@ -114,12 +115,14 @@ class RebuildOutput:
         if kind is OutputKind.CONSTANT:
             return self.value
         base = inputs[self.index] if kind is OutputKind.ALIAS_OF_INPUT else outs[self.index]
+        if base.requires_grad and (self.history is not None or not self.requires_grad):
+            base = base.detach()  # (a view taken under no_grad would still require grad)
+        alias = self._view(base)
         if self.own_version_counter:
-            return self._view(base).data  # the same memory, a version counter of its own
-        if self.requires_grad or not base.requires_grad:
-            return self._view(base)
-        with torch.no_grad():
-            return self._view(base)
+            alias = alias.data  # the same memory, a version counter of its own
+        if self.history is not None:
+            alias = _with_history(alias, outs[self.history])
+        return alias
 
     def _view(self, base: torch.Tensor) -> torch.Tensor:
         if self.base_stride is not None and not _same_layout(base, self.base_stride):
@@ -136,6 +139,31 @@ class RebuildOutput:
         if self.kind is OutputKind.ALIAS_OF_OUTPUT:
             offset += base.storage_offset()
         return base.as_strided(self.size, self.stride, offset)
+
+
+class _TakeHistory(torch.autograd.Function):
+    """`alias` (returned as modified in place) with `carrier`'s autograd history: the gradient
+    of the alias flows to the carrier, as it did in eager to the tensor written into it."""
+
+    @staticmethod
+    def forward(ctx, alias, carrier):
+        ctx.mark_dirty(alias)
+        return alias
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad
+
+
+def _with_history(alias: torch.Tensor, carrier: torch.Tensor) -> torch.Tensor:
+    """`alias` rebuilt without a history (see OutputInfo.history) taking `carrier`'s; its
+    version stays as it was (eager's write that gave it the history is already counted)."""
+    version = alias._version
+    alias = alias.detach()  # not a view: autograd would route the grad through the base (summing overlaps)
+    with torch.enable_grad():
+        alias = _TakeHistory.apply(alias, carrier)
+    torch._C._autograd._unsafe_set_version_counter((alias,), (version,))
+    return alias
 
 
 @dataclass
@@ -171,7 +199,7 @@ class Epilogue:
                 has_symbols((tuple(info.size), tuple(info.stride), info.storage_offset, base_stride, replay_args))
             outputs.append(RebuildOutput(info.kind, info.index, info.size, tuple(info.stride),
                                          info.storage_offset, info.requires_grad, base_stride, info.value,
-                                         info.replay, symbolic, info.own_version_counter))
+                                         info.replay, symbolic, info.own_version_counter, info.history))
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
         restrides = _restride_bases(analysis, symbol_sources or {})
         symbolic = any(o.symbolic for o in outputs) or any(r.symbolic for r in restrides)

@@ -125,7 +125,7 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx, plan: RuntimePlan, *args):
         results = plan.forward(list(args))
         n = plan.num_forward_outputs
-        outs, saved = tuple(_not_a_view(o, args) for o in results[:n]), results[n:]
+        outs, saved = _apart(tuple(_not_a_view(o, args) for o in results[:n]), plan.differentiable), results[n:]
         ctx.plan = plan
         k = len(saved) - plan.num_saved_sizes
         ctx.save_for_backward(*saved[:k])
@@ -165,6 +165,14 @@ class CompiledFunction(torch.autograd.Function):
         for k, i in enumerate(plan.grad_inputs):
             input_grads[i] = results[k]
         return (None, *input_grads)
+
+
+def _apart(outs: tuple, differentiable: Sequence[bool]) -> tuple:
+    """outs, where one tensor is returned both as a differentiable output and as one that is
+    not (a user output that is also a mutated input's new value, `a.data.copy_(b)`): the
+    second place gets an alias (`detach()`), as marking it non-differentiable would mark both."""
+    wanted = {id(o) for o, d in zip(outs, differentiable) if d and isinstance(o, torch.Tensor)}
+    return tuple(o.detach() if not d and id(o) in wanted else o for o, d in zip(outs, differentiable))
 
 
 def _not_a_view(out: Any, inputs: tuple) -> Any:
