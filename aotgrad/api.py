@@ -24,11 +24,13 @@ import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from aotgrad import config
 from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
 from aotgrad.partition.graphs import copy_saved_aliases
+from aotgrad.partition.inspection import report as partition_report
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
 from aotgrad.runtime.boxed import boxed_graph
 from aotgrad.trace import fake_mode_for, to_fake
@@ -50,6 +52,17 @@ class Options:
     inference_compiler: Callable | None = None
     dynamic: bool = False
     stages: list = field(default_factory=list)  # provenance lines of the last compile
+
+
+def _apply_log_level() -> None:
+    """`config.log_level` (or AOTGRAD_LOG) other than "warning": the `aotgrad` logger at that
+    level, printing to stderr if nothing else handles it."""
+    level = getattr(logging, str(config.log_level).upper(), None)
+    if not isinstance(level, int) or level == logging.WARNING or log.level == level:
+        return
+    log.setLevel(level)
+    if not log.handlers and not logging.getLogger().handlers:
+        log.addHandler(logging.StreamHandler())
 
 
 def _placeholder_vals(gm: fx.GraphModule) -> list:
@@ -106,6 +119,7 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     fake_mode = fake_mode_for(example_args, own_symbols)
     fakes = [to_fake(fake_mode, a, own_symbols) for a in example_args]
     guard = _shape_guard(fake_mode, fakes) if own_symbols else None
+    _apply_log_level()
     grad_mode = torch.is_grad_enabled()
     traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and any(
         f.requires_grad for f in fakes), decompositions=options.decompositions, fn_name=fn_name,
@@ -121,6 +135,8 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
         return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None, guard
     partition_fn = options.partition_fn or default_partition
     fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("aotgrad %s partition:\n%s", fn_name, partition_report(fw_gm, bw_gm))
     mutated = {info.index for info in traced.analysis.mutated_inputs}
     fw_gm = copy_saved_aliases(fw_gm, bw_gm, _sharing_memory(fakes, mutated))
     forward = options.fw_compiler(fw_gm, _placeholder_vals(fw_gm))

@@ -21,8 +21,13 @@ from aotgrad.partition import default_partition, min_cut_rematerialization_parti
 
 
 def _partitioner(default: str):
+    """The backend's partitioner: `default` ("default" for aotgrad, "min_cut" for
+    aotgrad_inductor) unless `config.partitioner` names another; a memory budget
+    (`config.activation_memory_budget` below 1, or `activation_memory_budget_bytes`)
+    selects min-cut, the partitioner that honours it (it reads both per call)."""
     name = config.partitioner if config.partitioner != "default" else default
-    return min_cut_rematerialization_partition if name == "min_cut" else default_partition
+    budgeted = config.activation_memory_budget < 1.0 or config.activation_memory_budget_bytes is not None
+    return min_cut_rematerialization_partition if name == "min_cut" or budgeted else default_partition
 
 
 def aotgrad_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):

@@ -7,9 +7,11 @@ import os
 
 # Which partitioner the `aotgrad` backend uses: "default" or "min_cut".
 partitioner = "default"
-# Fraction of the no-recompute saved bytes the min-cut partitioner may keep (issue 5).
+# Min-cut partitioner, read per call when its memory_budget is None: 1.0 is the default
+# policy (pointwise ops and views recomputed); below, a bound on the saved bytes as a fraction
+# of those saved when nothing is recomputed (partition/min_cut.py).
 activation_memory_budget = 1.0
-# Absolute byte bound on saved activations, or None (issue 5).
+# Absolute bound on the min-cut partitioner's saved bytes (inputs free), or None; read per call.
 activation_memory_budget_bytes = None
 # Split graphs at DDP bucket boundaries under torch.compile (issue 7).
 optimize_ddp = True

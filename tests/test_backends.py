@@ -145,3 +145,41 @@ def test_backward_is_compiled_for_the_saved_layout_the_forward_returns():
                      and n.meta["val"].is_contiguous(memory_format=torch.channels_last)
                      and not n.meta["val"].is_contiguous()]
     assert channels_last, [(n.name, n.meta["val"].stride()) for n in saved]
+
+
+# -- which partitioner each backend uses (issue 5, part 5) --------------------
+
+def test_partitioner_defaults_and_budget_selects_min_cut(monkeypatch):
+    from aotgrad import backends, config
+    from aotgrad.partition import default_partition, min_cut_rematerialization_partition
+
+    assert backends._partitioner("default") is default_partition
+    assert backends._partitioner("min_cut") is min_cut_rematerialization_partition  # aotgrad_inductor's
+    monkeypatch.setattr(config, "partitioner", "min_cut")
+    assert backends._partitioner("default") is min_cut_rematerialization_partition
+    monkeypatch.setattr(config, "partitioner", "default")
+    monkeypatch.setattr(config, "activation_memory_budget", 0.5)
+    assert backends._partitioner("default") is min_cut_rematerialization_partition
+    monkeypatch.setattr(config, "activation_memory_budget", 1.0)
+    monkeypatch.setattr(config, "activation_memory_budget_bytes", 1 << 20)
+    assert backends._partitioner("default") is min_cut_rematerialization_partition
+
+
+def test_aotgrad_backend_with_a_memory_budget_matches_eager(monkeypatch):
+    from aotgrad import config
+
+    monkeypatch.setattr(config, "activation_memory_budget", 0.25)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    x = torch.randn(4, 16)
+    expected = model(x).sum()
+    expected.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch._dynamo.reset()
+    actual = torch.compile(model, backend="aotgrad")(x).sum()
+    actual.backward()
+    torch._dynamo.reset()
+    torch.testing.assert_close(actual, expected)
+    for p, g in zip(model.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)

@@ -1,0 +1,224 @@
+"""Min-cut under a memory budget: the saved set each budget must give, eager's numbers at
+every budget, the trade-off hull, and the error when a budget cannot be met."""
+import functools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import aotgrad
+from aotgrad.partition import min_cut
+from aotgrad.partition.graphs import split_joint
+from tests.oracle import assert_same_as_eager
+
+
+def chain(x):
+    return x.sin().sin().sin()
+
+
+def matmul_between_chains(x, w):
+    return (x.sin().cos() @ w).sin().cos()
+
+
+def residual_block(x, w1, w2):
+    return x + torch.tanh(torch.relu(x @ w1) @ w2)
+
+
+def dropout_chain(x):
+    return F.dropout(x.sin(), 0.5, training=True).sin().sin()
+
+
+def _leaf(*shape):
+    return torch.randn(*shape, requires_grad=True)
+
+
+EXAMPLES = {
+    "chain": (chain, lambda: [_leaf(5)]),
+    "matmul_between_chains": (matmul_between_chains, lambda: [_leaf(8, 16), _leaf(16, 32)]),
+    "residual_block": (residual_block, lambda: [_leaf(8, 16), _leaf(16, 64), _leaf(64, 16)]),
+    "dropout_chain": (dropout_chain, lambda: [_leaf(64)]),
+}
+
+
+def with_budget(fn, budget=None):
+    return aotgrad.aot_function(fn, aotgrad.nop, partition_fn=functools.partial(
+        aotgrad.min_cut_rematerialization_partition, memory_budget=budget))
+
+
+def saved_names(fn, args, budget=None) -> list[str]:
+    compiled = with_budget(fn, budget)
+    compiled(*args)
+    _, bw = compiled.last_graphs
+    return [n.name for n in bw.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
+
+
+def backward_ops(fn, args, budget=None) -> list:
+    compiled = with_budget(fn, budget)
+    compiled(*args)
+    return [n.target for n in compiled.last_graphs[1].graph.nodes if n.op == "call_function"]
+
+
+def joint_graph(fn, args):
+    box = {}
+
+    def keep_joint(gm, inputs, *, num_fwd_outputs):
+        box["joint"] = (gm, num_fwd_outputs)
+        return aotgrad.default_partition(gm, inputs, num_fwd_outputs=num_fwd_outputs)
+    aotgrad.aot_function(fn, aotgrad.nop, partition_fn=keep_joint)(*args)
+    return box["joint"]
+
+
+def problem_of(fn, args) -> min_cut.CutProblem:
+    gm, num_fwd_outputs = joint_graph(fn, args)
+    return min_cut.cut_problem(split_joint(gm, num_fwd_outputs))
+
+
+# -- what each budget saves ---------------------------------------------------------------
+
+def test_budget_one_recomputes_pointwise_ops_but_not_a_matmul():
+    args = EXAMPLES["matmul_between_chains"][1]()
+    assert saved_names(matmul_between_chains, args, 1.0) == ["primals_1", "primals_2", "mm"]
+    assert backward_ops(matmul_between_chains, args, 1.0).count(torch.ops.aten.mm.default) == 2
+
+
+def test_budget_zero_recomputes_the_matmul_and_saves_only_inputs():
+    args = EXAMPLES["matmul_between_chains"][1]()
+    assert saved_names(matmul_between_chains, args, 0.0) == ["primals_1", "primals_2"]
+    assert backward_ops(matmul_between_chains, args, 0.0).count(torch.ops.aten.mm.default) == 3
+
+
+def test_residual_block_saves_less_as_the_budget_falls():
+    args = EXAMPLES["residual_block"][1]()
+    primals = ["primals_1", "primals_2", "primals_3"]
+    assert saved_names(residual_block, args, 1.0) == primals + ["relu", "tanh"]    # 2048 + 512 bytes
+    assert saved_names(residual_block, args, 0.5) == primals + ["tanh"]            # relu from x @ w1 again
+    assert saved_names(residual_block, args, 0.0) == primals
+
+
+def test_dropout_mask_is_saved_and_never_drawn_again_at_any_budget():
+    args = EXAMPLES["dropout_chain"][1]()
+    for budget in (1.0, 0.5):
+        assert "div" in saved_names(dropout_chain, args, budget)          # the scaled mask
+        ops = backward_ops(dropout_chain, args, budget)
+        assert torch.ops.aten.bernoulli.p not in ops and torch.ops.aten.empty_like.default not in ops
+
+
+def test_least_recompute_under_a_bound_takes_a_point_inside_a_hull_edge():
+    problem = problem_of(chain, [_leaf(5)])      # hull: (40, 0) and (0, 80); (20, 40) lies between
+    cut = min_cut.least_recompute_under(problem, 20, "bound")
+    assert (cut.bytes, cut.recompute) == (20, 40)
+    assert [n.name for n in cut.saved] == ["primals_1", "sin"]      # of equals, the earlier: sin_1 runs again
+
+
+def test_recomputed_values_run_just_before_their_first_use():
+    def two_branches(a, b):
+        return a.exp().sin() + b.exp().sin()
+    ops = [str(op) for op in backward_ops(two_branches, [_leaf(8), _leaf(8)], 1.0)]
+    # each exp runs again right before its branch's grads, not both at the start
+    assert ops.index("aten.exp.default") < ops.index("aten.mul.Tensor")
+    assert ops.index("aten.mul.Tensor") < len(ops) - 1 - ops[::-1].index("aten.exp.default")
+
+
+def test_partition_cost_counts_another_partitioners_saved_view_as_its_base_once():
+    def exp_and_views(x):
+        y = x.exp()
+        return y.view(5, 2).sin(), y.t()
+    args = [_leaf(2, 5)]
+    gm, num_fwd_outputs = joint_graph(exp_and_views, args)
+    problem = min_cut.cut_problem(split_joint(gm, num_fwd_outputs))
+    by_name = {n.name: n for n in gm.graph.nodes}
+    cut = min_cut.partition_cost(problem, [by_name["exp"], by_name["view"]])     # default_partition's
+    assert cut.bytes == 2 * 5 * 4 and cut.recompute == 0
+
+
+# -- eager's numbers at every budget --------------------------------------------------------
+
+@pytest.mark.parametrize("budget", [0.0, 0.25, 0.5, 1.0])
+@pytest.mark.parametrize("name", ["chain", "matmul_between_chains", "residual_block"])
+def test_outputs_and_gradients_equal_eager_at_every_budget(name, budget):
+    fn, make_args = EXAMPLES[name]
+    assert_same_as_eager(fn, make_args(), compiled=with_budget(fn, budget))
+
+
+@pytest.mark.parametrize("budget", [0.5, 1.0])
+def test_dropout_gradients_equal_eager_at_every_budget_it_meets(budget):
+    assert_same_as_eager(dropout_chain, [_leaf(64)], compiled=with_budget(dropout_chain, budget))
+
+
+@pytest.mark.parametrize("budget_bytes", [0, 256, 1000, 100_000])
+@pytest.mark.parametrize("name", ["matmul_between_chains", "residual_block"])
+def test_byte_budget_is_honoured_and_gradients_equal_eager(name, budget_bytes, monkeypatch):
+    monkeypatch.setattr(aotgrad.config, "activation_memory_budget_bytes", budget_bytes)
+    fn, make_args = EXAMPLES[name]
+    compiled = with_budget(fn)
+    assert_same_as_eager(fn, make_args(), compiled=compiled)
+    fw, bw = compiled.last_graphs
+    assert _saved_bytes(bw) <= budget_bytes
+
+
+def _saved_bytes(bw) -> int:
+    """Bytes of the saved values that are not inputs (inputs are free to keep)."""
+    return sum(n.meta["val"].numel() * n.meta["val"].element_size() for n in bw.graph.nodes
+               if n.op == "placeholder" and not n.name.startswith(("tangents", "primals")))
+
+
+def test_byte_budget_below_the_default_cut_recomputes_least():
+    problem = problem_of(residual_block, EXAMPLES["residual_block"][1]())
+    cut = min_cut.choose_cut(problem, 1.0, 1000)             # default saves 2560 bytes: relu and tanh
+    assert (cut.bytes, [n.name for n in cut.saved][-1]) == (512, "tanh")
+
+
+def test_memory_budget_none_reads_the_config_at_call_time(monkeypatch):
+    args = EXAMPLES["residual_block"][1]()
+    monkeypatch.setattr(aotgrad.config, "activation_memory_budget", 0.0)
+    assert saved_names(residual_block, args) == ["primals_1", "primals_2", "primals_3"]
+
+
+def test_dynamic_shapes_meet_the_budget_and_equal_eager():
+    compiled = aotgrad.aot_function(residual_block, aotgrad.nop, dynamic=True, partition_fn=functools.partial(
+        aotgrad.min_cut_rematerialization_partition, memory_budget=0.5))
+    for n in (8, 11):
+        assert_same_as_eager(residual_block, [_leaf(n, 16), _leaf(16, 64), _leaf(64, 16)], compiled=compiled)
+
+
+# -- the hull -------------------------------------------------------------------------------
+
+def test_hull_of_a_chain_is_save_all_or_recompute_all():
+    gm, num_fwd_outputs = joint_graph(chain, [_leaf(5)])
+    # f32[5] values: saving sin and sin_1 costs 40 bytes; recomputing them costs 2 * (20 + 20) bytes moved
+    assert min_cut.tradeoff_hull(gm, num_fwd_outputs) == [(40, 0), (0, 80)]
+
+
+def test_hull_points_are_convex_and_each_is_a_cut_of_that_cost():
+    problem = problem_of(residual_block, EXAMPLES["residual_block"][1]())
+    points = [(c.bytes, c.recompute) for c in min_cut.hull_cuts(problem)]
+    assert points == [(2560, 0), (512, 10752), (0, 18432)]
+    for (b0, r0), (b1, r1), (b2, r2) in zip(points, points[1:], points[2:]):
+        assert (r1 - r0) * (b1 - b2) < (r2 - r1) * (b0 - b1)      # slopes steepen: a lower convex hull
+    for cut in min_cut.hull_cuts(problem):
+        measured = min_cut.partition_cost(problem, cut.saved)
+        assert (measured.bytes, measured.recompute) == (cut.bytes, cut.recompute)
+
+
+# -- budgets that cannot be met ---------------------------------------------------------------
+
+def test_unreachable_budget_says_the_least_bytes_and_what_to_do():
+    with pytest.raises(min_cut.MemoryBudgetError) as error:
+        with_budget(dropout_chain, 0.0)(_leaf(64))
+    message = str(error.value)
+    assert "under 0 bytes" in message and "must save 256 bytes" in message
+    assert "div = aten.div.Scalar: 256 bytes (computed from values that cannot run again" in message
+    assert "primals_1" not in message
+    assert "F.dropout(x.sin(), 0.5, training=True)" in message       # the user's line
+    assert "memory_budget to at least 0.333" in message and "activation_memory_budget_bytes to at least 256" in message
+
+
+def test_byte_budget_below_what_random_ops_need_is_refused(monkeypatch):
+    monkeypatch.setattr(aotgrad.config, "activation_memory_budget_bytes", 100)
+    with pytest.raises(min_cut.MemoryBudgetError, match="must save 256 bytes"):
+        with_budget(dropout_chain)(_leaf(64))
+
+
+def test_budget_outside_zero_to_one_is_refused():
+    with pytest.raises(ValueError, match=r"memory_budget must lie in \[0, 1\]"):
+        with_budget(chain, 1.5)(_leaf(5))
