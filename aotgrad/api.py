@@ -25,6 +25,7 @@ from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from aotgrad import config
+from aotgrad.analysis import OutputKind
 from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
@@ -132,7 +133,10 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
                              traced.scalar_outputs)
     if not traced.traced_backward:
         compiler = options.inference_compiler or options.fw_compiler
-        return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue), gm, None, guard
+        analysis = traced.analysis
+        dead_ends = [info.index for info in analysis.outputs if info.kind is OutputKind.FRESH and info.requires_grad
+                     and info.index not in analysis.leaf_outputs]
+        return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue, dead_ends), gm, None, guard
     partition_fn = options.partition_fn or default_partition
     fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
     if log.isEnabledFor(logging.DEBUG):

@@ -242,10 +242,36 @@ class TrainingRuntime:
 
 
 class InferenceRuntime:
-    def __init__(self, forward: Callable, epilogue: Epilogue):
-        self.forward, self.epilogue = as_boxed(forward), epilogue
+    """The compiled forward alone: no input requires grad, no gradient reaches a leaf.
+
+    `dead_ends`: forward outputs that require grad in eager anyway, with a grad_fn whose
+    backward reaches nothing (an op on a view taken under no_grad of a leaf made inside:
+    autograd gives such a view no edge). They get one too (`_DeadEnd`)."""
+
+    def __init__(self, forward: Callable, epilogue: Epilogue, dead_ends: Sequence[int] = ()):
+        self.forward, self.epilogue, self.dead_ends = as_boxed(forward), epilogue, list(dead_ends)
 
     def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
         with torch.no_grad():
             outs = self.forward(list(args))
+        if self.dead_ends:
+            outs = list(outs)
+            with torch.enable_grad():
+                for j in self.dead_ends:
+                    outs[j] = _DeadEnd.apply(_DEAD_END_ANCHOR, outs[j])
         return self.epilogue.run(args, outs)
+
+
+class _DeadEnd(torch.autograd.Function):
+    """`out` requiring grad, with a backward that sends nothing anywhere."""
+
+    @staticmethod
+    def forward(ctx, anchor, out):
+        return out.detach()  # (an alias, not a view: in-place writes into it stay allowed)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, None
+
+
+_DEAD_END_ANCHOR = torch.zeros((), requires_grad=True)  # makes _DeadEnd's output require grad

@@ -60,3 +60,7 @@ def test_report_is_logged_at_debug_level(caplog):
         aotgrad.aot_function(f, aotgrad.nop)(*_args())
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "partition:" in text and "saved for backward" in text and "aten.sin.default" in text
+
+
+def test_report_is_exported_from_aotgrad_partition():
+    assert aotgrad.partition.report is report
