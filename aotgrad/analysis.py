@@ -267,7 +267,10 @@ def _with_replay(info: OutputInfo, out: torch.Tensor, bases: dict[fx.Node, int],
     reproduces `out`, provided `as_strided` on the base can (same dtype, no conj/neg bit)."""
     found = recorded_views(node_of(out), bases)
     if found is not None and _replays_to(found[1], base_values[found[0]], out):
-        made_leaf = (MAKE_LEAF,) if _is_leaf_view(out) else ()
+        # (a view taken under no_grad of a base that requires grad needs no `requires_grad_()`,
+        # and must not get one: its requires_grad follows the base's, e.g. after `base.detach_()`)
+        replayed_requires_grad, _ = _replayed_autograd(found[1], base_values[found[0]].requires_grad, False)
+        made_leaf = (MAKE_LEAF,) if _is_leaf_view(out) and not replayed_requires_grad else ()
         return dataclasses.replace(info, index=found[0], replay=found[1] + made_leaf)
     base = base_values[info.index]
     if _is_leaf_view(out) and not base.requires_grad:
@@ -408,15 +411,20 @@ def _rebuilt_autograd(info: OutputInfo, base: torch.Tensor) -> tuple[bool, bool]
     Worked out from the steps, not run: running them on symbolic fakes would add guards."""
     requires_grad = base.requires_grad and info.requires_grad
     has_grad_fn = requires_grad and info.replay is None  # as_strided, with grad mode on
-    for step in info.replay or ():
+    if info.own_version_counter:
+        return False, False
+    return _replayed_autograd(info.replay or (), requires_grad, has_grad_fn)
+
+
+def _replayed_autograd(steps: Sequence[ViewStep], requires_grad: bool, has_grad_fn: bool) -> tuple[bool, bool]:
+    """(requires_grad, has a grad_fn) after replaying view steps on a base that has these."""
+    for step in steps:
         if isinstance(step.op, _MakeLeaf):
             requires_grad, has_grad_fn = True, False
         elif step.op is torch.ops.aten.detach.default:
             requires_grad, has_grad_fn = False, False
         elif requires_grad:
             has_grad_fn = step.grad_enabled  # a view taken under no_grad requires grad, without a grad_fn
-    if info.own_version_counter:
-        return False, False
     return requires_grad, has_grad_fn
 
 
