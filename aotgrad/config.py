@@ -8,8 +8,10 @@ import os
 # Which partitioner the `aotgrad` backend uses: "default" or "min_cut".
 partitioner = "default"
 # Min-cut partitioner, read per call when its memory_budget is None: 1.0 is the default
-# policy (pointwise ops and views recomputed); below, a bound on the saved bytes as a fraction
-# of those saved when nothing is recomputed (partition/min_cut.py).
+# policy (the min cut at the lowest price that recomputes no matmul, convolution or
+# attention); below, a bound on the saved bytes as a fraction of those saved when nothing
+# is recomputed (partition/min_cut.py). Below 1 (or with a byte bound) the `aotgrad`
+# backend uses the min-cut partitioner too.
 activation_memory_budget = 1.0
 # Absolute bound on the min-cut partitioner's saved bytes (inputs free), or None; read per call.
 activation_memory_budget_bytes = None

@@ -14,6 +14,7 @@ hints). Out: `value_bytes(node)` (device bytes held if the forward saves it) and
 | getitem of a multi-output op                      | bytes              | 0 (its op is what runs)                   |
 | size (SymInt, SymFloat, SymBool)                  | 0: a Python int    | never recomputed [1]                      |
 | random (Tag.nondeterministic_seeded), side effect | bytes              | never recomputed [2]                      |
+| data-dependent size (nonzero, unique, ...)        | bytes              | never recomputed                          |
 | mm bmm addmm baddbmm matmul mv addmv dot          | bytes              | max(2 numel(out) K / F, moved)            |
 | convolution, _convolution [3]                     | bytes              | max(2 numel(out) Cin/g kh kw / F, moved)  |
 | attention [4]                                     | bytes              | max(2 rows(q) S (E + Ev) / F, moved)      |
@@ -51,6 +52,7 @@ import operator
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from aotgrad.partition.graphs import size_hint, tensor_bytes
 
@@ -189,14 +191,21 @@ def free_to_keep(primal: fx.Node, forward_nodes: set) -> bool:
 
 def never_recompute(node: fx.Node) -> bool:
     """Nodes that run exactly once, in the forward: inputs, sizes, random ops (a second
-    run would draw other numbers) and ops with side effects (the effect would repeat)."""
+    run would draw other numbers), ops with side effects (the effect would repeat) and ops
+    whose output size depends on data (nonzero: a second run would bind a new size)."""
     if node.op != "call_function":
         return True
-    if is_size(node):
+    if is_size(node) or _binds_new_size(node):
         return True
     if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
         return not _dropout_is_zero(node)
     return node.target is not operator.getitem and node.is_impure()
+
+
+def _binds_new_size(node: fx.Node) -> bool:
+    """Does the value have a data-dependent size its inputs do not have?"""
+    made = free_unbacked_symbols(node.meta.get("val"))
+    return bool(made) and bool(made - free_unbacked_symbols([a.meta.get("val") for a in node.all_input_nodes]))
 
 
 def _dropout_is_zero(node: fx.Node) -> bool:
@@ -240,10 +249,7 @@ def _bytes_of(val) -> int:
     return sum(tensor_bytes(v) for v in pytree.tree_leaves(val) if isinstance(v, torch.Tensor))
 
 
-def is_cheap(node: fx.Node) -> bool:
-    """Ops the default (budget 1.0) policy recomputes: views, getitems and pointwise ops,
-    which a graph compiler fuses into their users. Everything else runs once unless a
-    memory budget asks for more."""
-    if never_recompute(node):
-        return False
-    return is_view(node) or node.target is operator.getitem or torch.Tag.pointwise in getattr(node.target, "tags", ())
+def is_compute_bound(node: fx.Node) -> bool:
+    """Matmuls, convolutions and attention (the ops priced by FLOPs): the default (budget
+    1.0) cut never runs them twice; a memory budget below 1.0 may."""
+    return node.op == "call_function" and getattr(node.target, "overloadpacket", None) in _FLOPS

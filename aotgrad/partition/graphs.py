@@ -24,7 +24,8 @@ class JointParts:
     fw_outputs: list
     grad_outputs: list
     forward_nodes: set        # nodes the forward outputs need (primals included)
-    backward_nodes: list      # nodes the grads need that the forward does not compute, in order
+    backward_nodes: list      # nodes the grads need that the forward does not compute, in run order
+                              # (min-cut may list a recomputed node twice: it runs twice)
 
 
 def _ancestors(roots, stop: set | None = None) -> set:

@@ -13,8 +13,7 @@ so v is saved exactly when v_in is on the source side and v_out on the sink side
                        infinite, so their base or getitems are saved instead)
     source -> v_in     capacity lambda * recompute_cost(v), for v the forward computes anyway
                        (an ancestor of a forward output): cut exactly when v also runs in the
-                       backward. Infinite for inputs, sizes, random and side-effecting ops
-                       (and, at the default policy, ops that are not cost.is_cheap);
+                       backward. Infinite for inputs, sizes, random and side-effecting ops;
                        none for the other values (computed once, wherever they are placed)
     u_out -> v_in      infinite, for each input u of v: v runs in the backward only if u is
                        available there (saved or recomputed)
@@ -27,37 +26,63 @@ Every finite cut is a partition whose backward can run, and its value is exactly
 cut edge), so the minimum over cuts is the best partition at that price, and sweeping
 lambda traces the lower convex hull of the (saved bytes, recompute cost) trade-off. (The
 model's one restriction, the last edge kind, is what optimal.py's exact optimum lifts.)
-Capacities are integers: lambda = p / q enters as `q * bytes + p * cost`. The backward
-then runs each recomputed value just before its first use (`backward_nodes`).
+Capacities are exact integers (lambda = p / q enters as `q * bytes + p * cost`; flow.py).
+As lambda grows the smallest minimum cut's source side grows (the source edges are the
+only ones that depend on it); at a hull edge's price every cut on the edge is a minimum
+cut, and `_walk_edge` goes through them one residual component at a time. So the minimum
+cuts over all prices line up in one chain, from "save the fewest bytes" to "recompute
+nothing", each optimal at its own bytes: no partition saves as few bytes with less
+recompute (in this model).
+
+Which cut (`choose_cut`):
+  * budget 1.0 (the default): the minimum cut at the least price >= DEFAULT_LAMBDA at
+    which no compute-bound op (matmul, convolution, attention: cost.is_compute_bound) runs
+    twice. It lies on the hull.
+  * a budget below 1.0 bounds the saved bytes by memory_budget x the bytes saved when
+    nothing is recomputed (`B_all`); config.activation_memory_budget_bytes bounds them too.
+    The cut comes from a fixed family: the default cut, then for k = 19 .. 1 the
+    least-recompute cut of the chain saving at most k/20 x B_all, then the fewest-bytes
+    cut. A member is a *record* if its backward peak (peak.py, with its schedule) is no
+    higher than that of every member saving more bytes. The answer is the first record
+    (most bytes first) that fits the bound.
+  * The guarantee: the records' peaks never rise as their bytes fall, and the family does
+    not depend on the bound, so for any budgets b1 > b2 (and byte bounds), the peak at b2
+    is at most the peak at b1 - as long as a record fits b2's bound. Where none does (every
+    cut that fits peaks higher than one saving more: a value whose recomputation needs
+    large temporaries, say), the bound wins: the lowest-peak member that fits, logged at
+    info level. A budget of k/20 gets the least-recompute cut for exactly its bound when
+    that cut is a record; a bound between grid points gets a member at or below the grid
+    point under it (a cut that fills the bound exactly would make the family depend on
+    the bound, and the guarantee with it).
+The backward runs the chosen cut's recomputed values near their uses (peak.Backward.schedule),
+again before later uses when that lowers the peak.
 """
 from __future__ import annotations
 
-from collections import deque
+import logging
 from dataclasses import dataclass, field
-from typing import Callable
 
-import networkx as nx
 import torch
 import torch.fx as fx
-from networkx.algorithms.flow import preflow_push
 
 from aotgrad import config
 from aotgrad.errors import AotgradError
 from aotgrad.partition import cost, peak
-from aotgrad.partition.graphs import (JointParts, build_backward, build_forward, split_joint,
-                                      with_bare_symbols)
+from aotgrad.partition.flow import FlowNetwork, Residual
+from aotgrad.partition.graphs import JointParts, build_backward, build_forward, split_joint, with_bare_symbols
 from aotgrad.printing import source_line
 
+log = logging.getLogger(__name__)
+
 _INF = float("inf")
-SOURCE, SINK = "source", "sink"
-IN, OUT = 0, 1
+SOURCE, SINK = 0, 1
 
 # The default policy's price (memory_budget 1.0): a saved byte is worth 64 bytes of
 # recomputed memory traffic, so a chain of up to ~30 pointwise ops is recomputed to avoid
-# saving one tensor of its size, and ops other than pointwise and views are not recomputed.
+# saving one tensor of its size (compute-bound ops are kept out: see choose_cut).
 DEFAULT_LAMBDA = (1, 64)
-# Of equally good cuts along a hull edge, at most this many are compared by backward peak.
-_MAX_PEAKS_COMPARED = 16
+# The budget family's grid: k / BUDGET_STEPS of the bytes saved when nothing is recomputed.
+BUDGET_STEPS = 20
 
 
 class MemoryBudgetError(AotgradError):
@@ -70,6 +95,7 @@ class Cut:
     saved: list[fx.Node]
     bytes: int
     recompute: int
+    side: frozenset = field(default=frozenset(), repr=False, compare=False)   # flow vertices
 
 
 @dataclass
@@ -81,7 +107,30 @@ class CutProblem:
     forward_required: set[fx.Node]
     save_bytes: dict[fx.Node, float]   # inf: cannot be saved (views, tuples)
     costs: dict[fx.Node, float]        # inf: never recomputed
-    solved: dict = field(default_factory=dict)   # (p, q, policy) -> Cut
+    solved: dict = field(default_factory=dict)      # (p, q) -> Cut
+    residuals: dict = field(default_factory=dict)   # (p, q) -> flow.Residual
+    schedules: dict = field(default_factory=dict)   # saved names -> peak.Schedule
+    _network: _Network | None = None
+    _backward: peak.Backward | None = None
+
+    @property
+    def network(self) -> _Network:
+        if self._network is None:
+            self._network = _Network(self)
+        return self._network
+
+    @property
+    def backward(self) -> peak.Backward:
+        if self._backward is None:
+            self._backward = peak.Backward(self.parts.joint, self.parts.tangents, self.parts.grad_outputs, self.costs)
+        return self._backward
+
+    def schedule(self, saved: list[fx.Node]) -> peak.Schedule:
+        """The backward's run order and peak for this saved set (cached)."""
+        key = tuple(sorted(n.name for n in saved))
+        if key not in self.schedules:
+            self.schedules[key] = self.backward.schedule(saved)
+        return self.schedules[key]
 
 
 def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int,
@@ -94,18 +143,17 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, 
 
     memory_budget (None: aotgrad.config.activation_memory_budget) and
     aotgrad.config.activation_memory_budget_bytes (None: no bound), both read per call:
-    1.0 and no byte bound gives the default policy (DEFAULT_LAMBDA, pointwise ops and views
-    recomputed, nothing else). Below 1.0 the saved bytes are bounded by memory_budget times
-    the bytes saved when nothing is recomputed; a byte bound bounds them too. When the
-    default policy's cut fits every bound it is the answer; otherwise the cut that
-    recomputes least among those that fit (any deterministic op may then be recomputed).
-    Raises MemoryBudgetError if no partition fits.
+    1.0 and no byte bound gives the default cut (DEFAULT_LAMBDA; no matmul, convolution or
+    attention recomputed). Below 1.0 the saved bytes are bounded by memory_budget times
+    the bytes saved when nothing is recomputed; a byte bound bounds them too. The backward
+    peak never rises as the budget falls (the module docstring says when it can). Raises
+    MemoryBudgetError if no partition fits.
     """
     parts = split_joint(joint_gm, num_fwd_outputs)
     problem = cut_problem(parts)
     budget = config.activation_memory_budget if memory_budget is None else memory_budget
     saved = choose_cut(problem, budget, config.activation_memory_budget_bytes).saved
-    parts.backward_nodes = backward_nodes(parts, saved)
+    parts.backward_nodes = problem.schedule(saved).nodes
     saved = with_bare_symbols(parts, saved)
     return build_forward(parts, saved), build_backward(parts, saved)
 
@@ -135,27 +183,24 @@ def cut_problem(parts: JointParts) -> CutProblem:
 def _save_bytes(node: fx.Node, forward_nodes: set) -> float:
     """cost.value_bytes (0 for an input free to keep), or infinite for values that cannot be
     saved (views, tuples)."""
-    if cost.is_view(node) or (not cost.is_size(node) and not _is_tensor(node.meta.get("val"))):
+    if cost.is_view(node) or (not cost.is_size(node) and not isinstance(node.meta.get("val"), torch.Tensor)):
         return _INF
     if node.op == "placeholder" and cost.free_to_keep(node, forward_nodes):
         return 0
     return cost.value_bytes(node)
 
 
-def _is_tensor(val) -> bool:
-    return isinstance(val, torch.Tensor)
-
-
 # -- choosing a cut ---------------------------------------------------------------------
 
 def choose_cut(problem: CutProblem, memory_budget: float, budget_bytes: int | None) -> Cut:
-    """The default policy's cut if it fits the bounds, else the least-recompute cut that does."""
+    """The default cut if no bound asks for less, else the budget family's first record
+    that fits (module docstring)."""
     if not 0 <= memory_budget <= 1:
         raise ValueError(f"memory_budget must lie in [0, 1], got {memory_budget}")
-    default = solve(problem, *DEFAULT_LAMBDA, recomputable=cost.is_cheap)
+    top = default_cut(problem)
     if memory_budget >= 1 and budget_bytes is None:
-        return default
-    bound, asked = default.bytes, []
+        return top
+    bound, asked = top.bytes, []
     if memory_budget < 1:
         nothing_recomputed = solve(problem, *_recompute_first(problem))
         bound = min(bound, int(memory_budget * nothing_recomputed.bytes))
@@ -164,13 +209,92 @@ def choose_cut(problem: CutProblem, memory_budget: float, budget_bytes: int | No
     if budget_bytes is not None:
         bound = min(bound, int(budget_bytes))
         asked.append(f"aotgrad.config.activation_memory_budget_bytes={budget_bytes}")
-    if default.bytes <= bound:
-        return default
-    return least_recompute_under(problem, bound, " and ".join(asked))
+    if top.bytes <= bound:
+        return top
+    least = solve(problem, *_bytes_first(problem))
+    if least.bytes > bound:
+        most = solve(problem, *_recompute_first(problem)).bytes
+        raise MemoryBudgetError(_unreachable_message(problem, least, bound, " and ".join(asked), most))
+    return _BudgetFamily(problem, top, least).first_record_under(bound)
 
 
-def _any_deterministic(node: fx.Node) -> bool:
-    return not cost.never_recompute(node)
+def default_cut(problem: CutProblem) -> Cut:
+    """The minimum cut at the least price >= DEFAULT_LAMBDA at which no compute-bound op
+    runs in both graphs (the smallest such source side): a hull point.
+
+        x.sin().cos() @ w -> saves mm (2 matmuls in the backward, not 3), recomputes sin, cos
+    """
+    cut = solve(problem, *DEFAULT_LAMBDA)
+    if not problem.needed or not _recomputes_compute_bound(problem, cut.side):
+        return cut
+    left, right = solve(problem, *_recompute_first(problem)), cut
+    while (middle := _below_edge(problem, left, right)) is not None:
+        if _recomputes_compute_bound(problem, middle.side):
+            right = middle
+        else:
+            left = middle
+    for side, _, _ in _walk_edge(problem, *_edge_price(left, right)) if left.bytes > right.bytes else ():
+        if not _recomputes_compute_bound(problem, side):
+            return _cut_of(problem, side)
+    return left
+
+
+def _recomputes_compute_bound(problem: CutProblem, side: frozenset) -> bool:
+    vertex = problem.network.vertex
+    return any(vertex[n][0] not in side for n in problem.forward_required
+               if n in vertex and cost.is_compute_bound(n))
+
+
+class _BudgetFamily:
+    """The cuts a budget may get (module docstring), most bytes first, made on demand:
+    [0] the default cut, [1 ..] the least-recompute cuts under k/20 of B_all, [-1] the
+    fewest-bytes cut."""
+
+    def __init__(self, problem: CutProblem, top: Cut, least: Cut):
+        self.problem, self.top, self.least = problem, top, least
+        most = solve(problem, *_recompute_first(problem)).bytes
+        grid = [int((k / BUDGET_STEPS) * most) for k in range(BUDGET_STEPS - 1, 0, -1)]
+        self.bounds = [b for b in grid if least.bytes <= b < top.bytes]
+        self.size = len(self.bounds) + 2
+        self.members: dict[int, Cut] = {}
+        # a saved input not free to keep counts in bytes but not in the peak's start
+        self.slack = sum(b for n, b in problem.save_bytes.items() if n.op == "placeholder" and b != _INF)
+
+    def member(self, j: int) -> Cut:
+        if j not in self.members:
+            if j == 0:
+                self.members[j] = self.top
+            elif j == self.size - 1:
+                self.members[j] = self.least
+            else:
+                self.members[j] = least_recompute_under(self.problem, self.bounds[j - 1], "")
+        return self.members[j]
+
+    def peak(self, j: int) -> int:
+        return self.problem.schedule(self.member(j).saved).peak
+
+    def first_record_under(self, bound: int) -> Cut:
+        """The first member that fits `bound` whose peak is at most every peak above it.
+        Members above are scanned only down to where their bytes alone (less the inputs'
+        slack) reach the candidate's peak: none above that can peak lower."""
+        first = next(j for j in range(1, self.size) if j == self.size - 1 or self.bounds[j - 1] <= bound)
+        while first > 1 and self.member(first - 1).bytes <= bound:
+            first -= 1
+        first_peak, lowest_above = self.peak(first), _INF
+        for j in range(first - 1, -1, -1):
+            if self.member(j).bytes - self.slack >= first_peak:
+                break
+            lowest_above = min(lowest_above, self.peak(j))
+        if first_peak <= lowest_above:
+            return self.member(first)
+        ceiling = lowest_above
+        for j in range(first + 1, self.size):
+            if self.member(j).bytes - self.slack <= ceiling and self.peak(j) <= ceiling:
+                return self.member(j)
+        best = min(range(first, self.size), key=lambda j: (self.peak(j), -self.member(j).bytes))
+        log.info("min-cut: every cut under %d bytes peaks higher in the backward than one saving more "
+                 "(%d bytes at best, against %d); taking the lowest", bound, self.peak(best), ceiling)
+        return self.member(best)
 
 
 def _recompute_first(problem: CutProblem) -> tuple[int, int]:
@@ -210,6 +334,8 @@ def _edge_price(left: Cut, right: Cut) -> tuple[int, int]:
 
 def _below_edge(problem: CutProblem, left: Cut, right: Cut) -> Cut | None:
     p, q = _edge_price(left, right)
+    if p <= 0 or q <= 0:
+        return None
     middle = solve(problem, p, q)
     if q * middle.bytes + p * middle.recompute < q * left.bytes + p * left.recompute:
         return middle
@@ -258,159 +384,151 @@ def _why_kept(node: fx.Node) -> str:
 
 # -- one cut ----------------------------------------------------------------------------
 
-def solve(problem: CutProblem, p: int, q: int, *,
-          recomputable: Callable[[fx.Node], bool] = _any_deterministic) -> Cut:
-    """The minimum cut at lambda = p / q, values that `recomputable` rejects never recomputed."""
-    key = (p, q, recomputable)
+class _Network:
+    """The flow graph of the module docstring, built once; each edge's capacity is
+    `q * bytes + p * cost` (or infinite) at lambda = p / q."""
+
+    def __init__(self, problem: CutProblem):
+        self.vertex = {n: (2 + 2 * k, 3 + 2 * k) for k, n in enumerate(problem.nodes)}
+        self.node_of = {v: n for n, pair in self.vertex.items() for v in pair}
+        edges, self.byte_terms, self.cost_terms = [], [], []
+
+        def add(u: int, v: int, size: float = _INF, price: float = 0) -> None:
+            edges.append((u, v))
+            self.byte_terms.append(size)
+            self.cost_terms.append(price)
+
+        placed = self.vertex
+        for node in problem.nodes:
+            node_in, node_out = placed[node]
+            add(node_in, node_out, size=problem.save_bytes[node])
+            once = node not in problem.forward_required
+            price = problem.costs[node]
+            if node.op != "call_function" or price == _INF:
+                add(SOURCE, node_in)
+            elif price > 0 and not once:
+                add(SOURCE, node_in, size=0, price=price)
+            for user in node.users:
+                if user in placed:
+                    add(node_out, placed[user][0])
+            if once:
+                for arg in node.all_input_nodes:
+                    if arg in placed and arg not in problem.forward_required:
+                        add(node_in, placed[arg][0])
+            if node in problem.needed:
+                add(node_out, SINK)
+        self.flow = FlowNetwork(2 + 2 * len(problem.nodes), edges)
+        self.total_bytes = _finite_sum(self.byte_terms)
+        self.total_cost = _finite_sum(self.cost_terms)
+        self.rank = {v: v for v in range(self.flow.num_vertices)}
+
+    def solve(self, p: int, q: int) -> Residual:
+        infinite = q * self.total_bytes + p * self.total_cost + 1     # more than any finite cut
+        capacities = [infinite if b == _INF else q * b + p * c for b, c in zip(self.byte_terms, self.cost_terms)]
+        return self.flow.solve(capacities, SOURCE, SINK)
+
+
+def solve(problem: CutProblem, p: int, q: int) -> Cut:
+    """The minimum cut at lambda = p / q with the smallest source side (the most recompute)."""
+    key = (p, q)
     if key not in problem.solved:
-        problem.solved[key] = _min_cut(problem, p, q, recomputable)
+        problem.solved[key] = _min_cut(problem, p, q)
     return problem.solved[key]
 
 
-def _min_cut(problem: CutProblem, p: int, q: int, recomputable: Callable[[fx.Node], bool]) -> Cut:
+def _min_cut(problem: CutProblem, p: int, q: int) -> Cut:
     if not problem.needed:
         return Cut([], 0, 0)
-    residual = preflow_push(flow_graph(problem, p, q, recomputable), SOURCE, SINK)
-    cut = _cut_of(problem, _reachable(residual, [SOURCE]))
-    assert q * cut.bytes + p * cut.recompute == residual.graph["flow_value"], (
-        "a cut's value is not its bytes + lambda * recompute", cut, p, q, residual.graph["flow_value"])
+    residual = problem.network.solve(p, q)
+    problem.residuals[(p, q)] = residual
+    cut = _cut_of(problem, frozenset(residual.source_side()))
+    assert q * cut.bytes + p * cut.recompute == residual.value, (
+        "a cut's value is not its bytes + lambda * recompute", cut, p, q, residual.value)
     return cut
 
 
-def flow_graph(problem: CutProblem, p: int, q: int, recomputable: Callable[[fx.Node], bool]) -> nx.DiGraph:
-    """The flow graph of the module docstring at lambda = p / q."""
-    flow = nx.DiGraph()
-    placed = set(problem.nodes)
-    for node in problem.nodes:
-        flow.add_edge((node, IN), (node, OUT), capacity=q * problem.save_bytes[node])
-        once = node not in problem.forward_required
-        price = problem.costs[node]
-        if node.op != "call_function" or price == _INF or not (once or recomputable(node)):
-            flow.add_edge(SOURCE, (node, IN), capacity=_INF)
-        elif price > 0 and not once:
-            flow.add_edge(SOURCE, (node, IN), capacity=p * price)
-        for user in node.users:
-            if user in placed:
-                flow.add_edge((node, OUT), (user, IN), capacity=_INF)
-        if once:
-            for arg in node.all_input_nodes:
-                if arg in placed and arg not in problem.forward_required:
-                    flow.add_edge((node, IN), (arg, IN), capacity=_INF)
-        if node in problem.needed:
-            flow.add_edge((node, OUT), SINK, capacity=_INF)
-    return flow
-
-
-def _reachable(residual: nx.DiGraph, starts, reverse: bool = False) -> set:
-    """Vertices reachable from `starts` along edges with residual capacity (or reaching them)."""
-    seen, queue = set(starts), deque(starts)
-    edges = residual.pred if reverse else residual.succ
-    while queue:
-        vertex = queue.popleft()
-        for other, attrs in edges[vertex].items():
-            edge = residual.succ[other][vertex] if reverse else attrs
-            if other not in seen and edge["capacity"] - edge["flow"] > 0:
-                seen.add(other)
-                queue.append(other)
-    return seen
-
-
-def _cut_of(problem: CutProblem, source_side: set) -> Cut:
+def _cut_of(problem: CutProblem, side: frozenset) -> Cut:
     """The partition a cut describes: saved values, their bytes and the recompute it pays."""
-    saved = [n for n in problem.nodes if (n, IN) in source_side and (n, OUT) not in source_side]
+    vertex = problem.network.vertex
+    saved = [n for n in problem.nodes if vertex[n][0] in side and vertex[n][1] not in side]
     read = _read_by_backward(problem.parts, saved)
     saved = [n for n in saved if n in read]
-    bytes_saved, recompute = _cut_costs(problem, source_side, problem.nodes)
-    return Cut(saved, bytes_saved, recompute)
+    bytes_saved, recompute = _cut_costs(problem, side, problem.nodes)
+    return Cut(saved, bytes_saved, recompute, side)
 
 
-def _cut_costs(problem: CutProblem, source_side: set, nodes) -> tuple[int, int]:
+def _cut_costs(problem: CutProblem, side: frozenset | set, nodes) -> tuple[int, int]:
     """Saved bytes and recompute cost that the cut edges of `nodes` contribute."""
+    vertex = problem.network.vertex
     bytes_saved = recompute = 0
     for node in nodes:
-        if (node, IN) not in source_side:
+        node_in, node_out = vertex[node]
+        if node_in not in side:
             recompute += problem.costs[node] if node in problem.forward_required else 0
-        elif (node, OUT) not in source_side:
+        elif node_out not in side:
             bytes_saved += problem.save_bytes[node]
     return bytes_saved, recompute
 
 
-def cut_along_edge(problem: CutProblem, p: int, q: int, bound: int) -> Cut | None:
-    """Among the minimum cuts at lambda = p / q (a hull edge: all on one line), the one found
-    with the least recompute and at most `bound` bytes (of equals, the lowest backward peak).
-
-    The minimum cuts are the source sides closed under residual edges; from the smallest
-    (most recompute, fewest bytes) they grow to the largest one strongly connected
-    component of the residual graph at a time, successors first, each step a minimum cut.
-    """
-    residual = preflow_push(flow_graph(problem, p, q, _any_deterministic), SOURCE, SINK)
-    source_side = _reachable(residual, [SOURCE])
-    bytes_saved, recompute = _cut_costs(problem, source_side, problem.nodes)
-    best, ties = None, []
-    for step in [set()] + _closed_steps(problem, residual, source_side):
-        touched = {vertex[0] for vertex in step}
-        before = _cut_costs(problem, source_side, touched)
-        source_side |= step
-        after = _cut_costs(problem, source_side, touched)
-        bytes_saved, recompute = bytes_saved + after[0] - before[0], recompute + after[1] - before[1]
-        if bytes_saved > bound or (best is not None and recompute > best):
-            continue
-        if best is None or recompute < best:
-            best, ties = recompute, []
-        ties.append(set(source_side))
-    cuts = [_cut_of(problem, side) for side in _spread(ties, _MAX_PEAKS_COMPARED)]
-    return min(cuts, key=lambda cut: (backward_peak(problem, cut.saved), cut.bytes), default=None)
-
-
-def _closed_steps(problem: CutProblem, residual: nx.DiGraph, source_side: set) -> list[set]:
-    """The vertices neither side must hold, in groups whose union with `source_side`, one
-    group after another, stays closed under residual edges. Of the groups free to go next,
-    the earliest in the graph: keeping early forward values and recomputing late ones
+def _walk_edge(problem: CutProblem, p: int, q: int):
+    """Every minimum cut at lambda = p / q along one chain, as (source side, bytes,
+    recompute), from the smallest source side (most recompute, fewest bytes) to the largest,
+    one strongly connected group of the residual graph at a time. Of the groups free to go
+    next, the earliest in the graph: keeping early forward values and recomputing late ones
     lets the backward, which starts with the late ones, free them soon."""
-    position = {node: k for k, node in enumerate(problem.nodes)}
-    undecided = sorted(set(residual) - source_side - _reachable(residual, [SINK], reverse=True),
-                       key=lambda vertex: (position[vertex[0]], vertex[1]))
-    open_graph = nx.DiGraph()
-    open_graph.add_nodes_from(undecided)
-    inside = set(undecided)
-    open_graph.add_edges_from((u, v) for u in undecided for v, e in residual.succ[u].items()
-                              if v in inside and e["capacity"] - e["flow"] > 0)
-    components = nx.condensation(open_graph)
-    rank = {vertex: k for k, vertex in enumerate(undecided)}
-    order = nx.lexicographical_topological_sort(
-        components.reverse(copy=False), key=lambda c: min(rank[v] for v in components.nodes[c]["members"]))
-    return [set(components.nodes[c]["members"]) for c in order]
+    solve(problem, p, q)
+    if (p, q) not in problem.residuals:
+        return
+    residual, network = problem.residuals[(p, q)], problem.network
+    side = set(residual.source_side())
+    bytes_saved, recompute = _cut_costs(problem, side, problem.nodes)
+    yield frozenset(side), bytes_saved, recompute
+    for step in residual.closed_steps(network.rank):
+        touched = {network.node_of[v] for v in step if v in network.node_of}
+        before = _cut_costs(problem, side, touched)
+        side.update(step)
+        after = _cut_costs(problem, side, touched)
+        bytes_saved, recompute = bytes_saved + after[0] - before[0], recompute + after[1] - before[1]
+        yield frozenset(side), bytes_saved, recompute
 
 
-def _spread(items: list, most: int) -> list:
-    """At most `most` of `items`, evenly spaced, first and last included."""
-    if len(items) <= most:
-        return items
-    return [items[round(k * (len(items) - 1) / (most - 1))] for k in range(most)]
+def cut_along_edge(problem: CutProblem, p: int, q: int, bound: int) -> Cut | None:
+    """Among the minimum cuts at lambda = p / q (a hull edge: all on one line), the one with
+    the least recompute that saves at most `bound` bytes (along the chain bytes only grow,
+    so: the last that fits)."""
+    best = None
+    for side, bytes_saved, _ in _walk_edge(problem, p, q):
+        if bytes_saved > bound:
+            break
+        best = side
+    return None if best is None else _cut_of(problem, best)
 
 
 def backward_peak(problem: CutProblem, saved: list[fx.Node]) -> int:
     """The backward's peak memory (peak.py) if the forward saves `saved`, without building it."""
-    parts = problem.parts
-    nodes = [*saved, *parts.tangents, *backward_nodes(parts, saved)]
-    timeline = peak.simulate(nodes, {s: cost.storage_root(s) for s in saved}, parts.grad_outputs)
-    return max(live for _, live in timeline)
+    return problem.schedule(saved).peak
 
 
-def partition_cost(problem: CutProblem, saved: list[fx.Node]) -> Cut:
-    """Bytes and recompute of any partition given by its saved set (from any partitioner):
-    the bytes of the storages it keeps, and the recompute cost of every value that both the
-    forward (its outputs' and the saved values' ancestors) and the backward (the grads'
-    ancestors, down to saved values) compute.
+def score_saved(problem: CutProblem, saved: list[fx.Node]) -> Cut:
+    """Bytes and recompute of any partition given by its saved set (from any partitioner,
+    its forward's saved outputs mapped to joint nodes): the bytes of the storages it keeps
+    (a saved view counts as its storage's base, once; 0 for an input free to keep), and
+    the recompute cost of every value that both the forward (its outputs' and the saved
+    values' ancestors) and the backward (the grads' ancestors, down to saved values) compute.
 
         chain x.sin().sin(), saved [primals_1]: Cut([primals_1], bytes=0, recompute=cost(sin))
+        exp then views, saved [exp, view of exp]: bytes(exp), once
     """
     read = _read_by_backward(problem.parts, saved)
     saved = [n for n in saved if n in read]
     in_forward = problem.forward_required | _ancestors(saved)
-    twice = [n for n in backward_nodes(problem.parts, saved) if n in in_forward and n in problem.costs]
-    recompute = sum(problem.costs[n] for n in twice if problem.costs[n] != _INF)
+    backward = read - set(saved)
+    recompute = sum(problem.costs[n] for n in backward
+                    if n in in_forward and n in problem.costs and problem.costs[n] != _INF and n.op == "call_function")
     return Cut(saved, _bytes_of_storages(problem, saved), recompute)
+
+
+partition_cost = score_saved   # the name benchmarks/memory.py calls
 
 
 def _bytes_of_storages(problem: CutProblem, saved: list[fx.Node]) -> int:
@@ -420,41 +538,6 @@ def _bytes_of_storages(problem: CutProblem, saved: list[fx.Node]) -> int:
         size = problem.save_bytes.get(root, _INF)
         total += size if size != _INF else cost.value_bytes(root)
     return total
-
-
-# -- the backward's nodes ---------------------------------------------------------------
-
-def backward_nodes(parts: JointParts, saved: list) -> list:
-    """Nodes the grads need, walking back from the grads and stopping at saved values, in
-    the order the backward runs them: recomputed values just before their first use.
-
-        joint order (a, b recomputed from x): a = f(x); b = g(x); ga = h(t_a, a); gb = k(t_b, b)
-        run order:                            a, ga, b, gb   (a is dead before b is made)
-    """
-    reach = _read_by_backward(parts, saved)
-    saved_set = set(saved)
-    nodes = [n for n in parts.joint.graph.nodes if n in reach and n not in saved_set and n.op != "placeholder"]
-    return _recompute_late(nodes, _descendants(parts.tangents))
-
-
-def _recompute_late(nodes: list, tangent_dependent: set) -> list:
-    """The tangent-dependent nodes in their order (the autograd engine's), each preceded by
-    the not yet computed values it needs. Recomputing all values at the start would hold
-    them all at once, as saving them would: no memory saved."""
-    pending, order = set(nodes), []
-    for root in [n for n in nodes if n in tangent_dependent] + nodes:
-        stack = [(root, False)]
-        while stack:
-            node, inputs_done = stack.pop()
-            if node not in pending:
-                continue
-            if inputs_done:
-                pending.discard(node)
-                order.append(node)
-                continue
-            stack.append((node, True))
-            stack.extend((arg, False) for arg in reversed(node.all_input_nodes) if arg in pending)
-    return order
 
 
 def _read_by_backward(parts: JointParts, saved: list) -> set:
@@ -492,3 +575,4 @@ def _descendants(roots) -> set:
         seen.add(node)
         stack.extend(node.users)
     return seen
+

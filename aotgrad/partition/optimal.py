@@ -67,7 +67,7 @@ def optimal_partition(joint_gm: fx.GraphModule, joint_inputs, *, num_fwd_outputs
     parts = split_joint(joint_gm, num_fwd_outputs)
     problem = min_cut.cut_problem(parts)
     saved = solve_optimum(problem, max_bytes=max_bytes, time_limit=time_limit).cut.saved
-    parts.backward_nodes = min_cut.backward_nodes(parts, saved)
+    parts.backward_nodes = problem.schedule(saved).nodes
     saved = with_bare_symbols(parts, saved)
     return build_forward(parts, saved), build_backward(parts, saved)
 

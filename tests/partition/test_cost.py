@@ -130,13 +130,29 @@ def test_attention_without_dropout_may_run_twice():
     assert cost.never_recompute(g.op(sdpa, q, k, v, dropout_p=0.1))
 
 
-def test_only_pointwise_ops_and_views_are_cheap():
+def test_an_op_making_a_data_dependent_size_never_runs_twice_but_its_users_may():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    g = Graph()
+    g.mode = FakeTensorMode(shape_env=ShapeEnv())
+    x = g.input("x", 8)
+    nonzero = g.op(aten.nonzero.default, x)                       # f32[u0, 1]: u0 bound by this run
+    assert cost.never_recompute(nonzero)
+    assert not cost.never_recompute(g.op(aten.abs.default, nonzero))
+
+
+def test_matmuls_convolutions_and_attention_are_compute_bound():
     g = Graph()
     a, b = g.input("a", 8, 8), g.input("b", 8, 8)
-    assert cost.is_cheap(g.op(aten.relu.default, a))
-    assert cost.is_cheap(g.op(aten.t.default, a))
-    assert not cost.is_cheap(g.op(aten.mm.default, a, b))
-    assert not cost.is_cheap(g.op(aten.sum.default, a))
+    assert cost.is_compute_bound(g.op(aten.mm.default, a, b))
+    assert cost.is_compute_bound(g.op(aten.addmm.default, a, a, b))
+    q = g.input("q", 1, 2, 4, 8)
+    assert cost.is_compute_bound(g.op(aten._scaled_dot_product_flash_attention_for_cpu.default, q, q, q))
+    x, w = g.input("x", 1, 3, 8, 8), g.input("w", 4, 3, 3, 3)
+    assert cost.is_compute_bound(g.op(aten.convolution.default, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+    assert not cost.is_compute_bound(g.op(aten.relu.default, a))
+    assert not cost.is_compute_bound(g.op(aten.sum.default, a))
+    assert not cost.is_compute_bound(g.op(aten.t.default, a))
+    assert not cost.is_compute_bound(a)
 
 
 def test_symbolic_sizes_count_at_their_hints():

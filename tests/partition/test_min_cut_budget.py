@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import aotgrad
-from aotgrad.partition import min_cut
+from aotgrad.partition import cost, min_cut
 from aotgrad.partition.graphs import split_joint
 from tests.oracle import assert_same_as_eager
 
@@ -119,7 +119,7 @@ def test_recomputed_values_run_just_before_their_first_use():
     assert ops.index("aten.mul.Tensor") < len(ops) - 1 - ops[::-1].index("aten.exp.default")
 
 
-def test_partition_cost_counts_another_partitioners_saved_view_as_its_base_once():
+def test_score_saved_counts_another_partitioners_saved_view_as_its_base_once():
     def exp_and_views(x):
         y = x.exp()
         return y.view(5, 2).sin(), y.t()
@@ -127,8 +127,51 @@ def test_partition_cost_counts_another_partitioners_saved_view_as_its_base_once(
     gm, num_fwd_outputs = joint_graph(exp_and_views, args)
     problem = min_cut.cut_problem(split_joint(gm, num_fwd_outputs))
     by_name = {n.name: n for n in gm.graph.nodes}
-    cut = min_cut.partition_cost(problem, [by_name["exp"], by_name["view"]])     # default_partition's
+    cut = min_cut.score_saved(problem, [by_name["exp"], by_name["view"]])     # default_partition's
     assert cut.bytes == 2 * 5 * 4 and cut.recompute == 0
+
+
+def _saved_in_joint(gm, fw, num_fwd_outputs):
+    by_name = {n.name: n for n in gm.graph.nodes}
+    outputs = fw.graph.output_node().args[0][num_fwd_outputs:]
+    return [by_name[o.name] for o in outputs if isinstance(o, torch.fx.Node) and o.name in by_name]
+
+
+def test_score_saved_scores_pytorchs_partition_and_the_default_one_with_finite_bytes():
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as pytorch_min_cut
+
+    def linear_chain(x, w):
+        return F.linear(x.sin(), w).cos()
+    args = [_leaf(8, 16), _leaf(32, 16)]
+    gm, num_fwd_outputs = joint_graph(linear_chain, args)
+    for partition in (pytorch_min_cut, aotgrad.default_partition):
+        fw, _ = partition(gm, args, num_fwd_outputs=num_fwd_outputs)
+        problem = min_cut.cut_problem(split_joint(gm, num_fwd_outputs))      # PyTorch's edits the joint
+        saved = _saved_in_joint(gm, fw, num_fwd_outputs)
+        assert any(cost.is_view(n) for n in saved)          # t(w): free, w is a parameter
+        cut = min_cut.score_saved(problem, saved)
+        assert cut.bytes == (8 * 16 + 8 * 32) * 4           # sin and mm; inputs and views of them free
+        assert cut.recompute == 0
+    ours = min_cut.choose_cut(problem, 1.0, None)
+    assert (min_cut.score_saved(problem, ours.saved).bytes, min_cut.score_saved(problem, ours.saved).recompute) \
+        == (ours.bytes, ours.recompute)
+
+
+def test_a_budget_on_the_grid_gets_the_least_recompute_cut_for_its_bound():
+    problem = problem_of(residual_block, EXAMPLES["residual_block"][1]())
+    most = min_cut.solve(problem, *min_cut._recompute_first(problem)).bytes
+    for budget in (0.5, 0.25):
+        cut = min_cut.choose_cut(problem, budget, None)
+        best = min_cut.least_recompute_under(problem, int(budget * most), "")
+        assert (cut.bytes, cut.recompute) == (best.bytes, best.recompute)
+
+
+def test_budget_one_saves_what_no_partition_recomputing_as_little_saves_less_of():
+    # the default cut is a minimum cut (a hull point): at its recompute nothing saves fewer bytes
+    problem = problem_of(matmul_between_chains, EXAMPLES["matmul_between_chains"][1]())
+    top = min_cut.default_cut(problem)
+    for cut in min_cut.hull_cuts(problem):
+        assert cut.recompute > top.recompute or cut.bytes >= top.bytes
 
 
 # -- eager's numbers at every budget --------------------------------------------------------

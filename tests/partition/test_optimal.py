@@ -6,7 +6,7 @@ import pytest
 import torch.nn.functional as F
 
 import aotgrad
-from aotgrad.partition import min_cut, optimal
+from aotgrad.partition import cost, min_cut, optimal
 from tests.oracle import assert_same_as_eager
 from tests.partition.test_min_cut_budget import EXAMPLES, _leaf, chain, dropout_chain, joint_graph, problem_of
 
@@ -63,6 +63,23 @@ def test_min_cut_is_optimal_on_the_attention_block_hull():
     problem = problem_of(*_graph_and_args("attention_block"))
     for cut in min_cut.hull_cuts(problem):
         assert optimal.solve_optimum(problem, max_bytes=cut.bytes).cut.recompute == cut.recompute
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_budget_one_is_optimal_at_its_bytes_and_recomputes_no_matmul_or_attention(name):
+    problem = problem_of(*_graph_and_args(name))
+    top = min_cut.choose_cut(problem, 1.0, None)
+    assert optimal.solve_optimum(problem, max_bytes=top.bytes).cut.recompute == top.recompute
+    assert optimal.solve_optimum(problem, max_recompute=top.recompute).cut.bytes == top.bytes
+    twice = set(problem.forward_required) & set(problem.schedule(top.saved).nodes)
+    assert not [n for n in twice if cost.is_compute_bound(n)]
+
+
+@pytest.mark.parametrize("budget", [0.5, 0.25])
+def test_budgeted_cuts_are_optimal_at_their_bytes(budget):
+    problem = problem_of(*_graph_and_args("attention_block"))
+    cut = min_cut.choose_cut(problem, budget, None)
+    assert optimal.solve_optimum(problem, max_bytes=cut.bytes).cut.recompute == cut.recompute
 
 
 @pytest.mark.parametrize("name", ["residual_block", "dropout_chain", "attention_block"])
