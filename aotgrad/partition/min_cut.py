@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.fx as fx
@@ -555,24 +556,21 @@ def _read_by_backward(parts: JointParts, saved: list) -> set:
 
 
 def _ancestors(roots) -> set:
+    return _closure(roots, lambda node: node.all_input_nodes)
+
+
+def _descendants(roots) -> set:
+    return _closure(roots, lambda node: node.users)
+
+
+def _closure(roots, neighbours: Callable) -> set:
+    """`roots` and every node reached from them through `neighbours`."""
     seen: set = set()
     stack = list(roots)
     while stack:
         node = stack.pop()
         if node not in seen:
             seen.add(node)
-            stack.extend(node.all_input_nodes)
-    return seen
-
-
-def _descendants(roots) -> set:
-    seen: set = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.extend(node.users)
+            stack.extend(neighbours(node))
     return seen
 
