@@ -242,3 +242,41 @@ def test_opinfo_dynamic(name):
         ran += 1
     assert ran, f"{name}: no sample inputs"
 
+
+
+# -- the min-cut partitioner at its most aggressive (issue 5) ---------------------------
+# Every other test here runs min-cut at budget 1.0. These run it bounded to the fewest bytes
+# any partition of the op's graph can save (the far end of the trade-off hull), so every
+# deterministic op the backward reads is recomputed there instead of saved.
+BUDGET_OPS = [
+    "sin", "exp", "sigmoid", "tanh", "pow", "div.no_rounding_mode", "addcmul", "lerp", "clamp", "where",
+    "sum", "mean", "logsumexp", "std", "amax", "softmax", "log_softmax", "nn.functional.layer_norm",
+    "mm", "addmm", "matmul", "bmm", "einsum", "nn.functional.linear", "nn.functional.conv2d",
+    "nn.functional.gelu", "nn.functional.silu", "nn.functional.dropout", "nn.functional.cross_entropy",
+    "cumsum", "gather", "index_select", "cat", "expand", "transpose", "unfold",
+]
+
+
+def _fewest_bytes_min_cut(joint_gm, joint_inputs, *, num_fwd_outputs):
+    from aotgrad import config
+    from aotgrad.partition import min_cut_rematerialization_partition, tradeoff_hull
+
+    hull = tradeoff_hull(joint_gm, num_fwd_outputs)
+    before = config.activation_memory_budget_bytes
+    config.activation_memory_budget_bytes = min(b for b, _ in hull) if hull else None
+    try:
+        return min_cut_rematerialization_partition(joint_gm, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                                   memory_budget=1.0)
+    finally:
+        config.activation_memory_budget_bytes = before
+
+
+@pytest.mark.parametrize("name", BUDGET_OPS)
+def test_opinfo_min_cut_at_fewest_bytes(name):
+    op = _op_db()[name]
+    ran = 0
+    for sample in _samples(op, SAMPLES):
+        aot_autograd_check(op.op, [sample.input, *sample.args], sample.kwargs, check_gradients=_uses_autograd(op),
+                           assert_equals_fn=assert_equals, partition_fn=_fewest_bytes_min_cut)
+        ran += 1
+    assert ran, f"{name}: no sample inputs"
