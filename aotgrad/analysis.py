@@ -407,12 +407,12 @@ def _autograd_of(t: torch.Tensor) -> tuple[bool, bool]:
 
 def _rebuilt_autograd(info: OutputInfo, base: torch.Tensor) -> tuple[bool, bool]:
     """`_autograd_of` the alias the epilogue rebuilds from `base` (as `RebuildOutput.run`:
-    detached when it must not require grad, the replayed view ops or as_strided, `.data`).
-    Worked out from the steps, not run: running them on symbolic fakes would add guards."""
+    detached when it must not require grad, then the replayed view ops or as_strided).
+    Worked out from the steps, not run: running them on symbolic fakes would add guards.
+    (`.data`, for an own version counter, is decided after this and only where the alias
+    requires no grad or takes a history, so it changes nothing here.)"""
     requires_grad = base.requires_grad and info.requires_grad
     has_grad_fn = requires_grad and info.replay is None  # as_strided, with grad mode on
-    if info.own_version_counter:
-        return False, False
     return _replayed_autograd(info.replay or (), requires_grad, has_grad_fn)
 
 

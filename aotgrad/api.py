@@ -266,7 +266,7 @@ class SyntheticBase:
                     "or under `torch.no_grad()`): its gradient cannot flow through the base.)")
         views = [_geometry(unique[i]) for i in group]
         symbolic = any(isinstance(v, torch.SymInt) for v in pytree.tree_leaves(views))
-        return SyntheticBase(group, views, _geometry(_base_of(unique[group[0]])), symbolic=symbolic)
+        return SyntheticBase(group, views, _geometry(base), symbolic=symbolic)
 
     def matches(self, tensors: Sequence[torch.Tensor], keep: Sequence[int], base_too: bool) -> bool:
         """Do these inputs have the traced views' geometry (and the base's, if `base_too`)?"""

@@ -203,7 +203,7 @@ def score(joint: Joint, name: str, partition: Callable) -> tuple[Row, tuple]:
     fw_gm, bw_gm = partition(joint.gm, joint.inputs, num_fwd_outputs=joint.num_fwd_outputs)
     seconds = time.perf_counter() - start
     problem = min_cut.cut_problem(split_joint(joint.gm, joint.num_fwd_outputs))
-    cut = min_cut.partition_cost(problem, _saved_in_joint(joint.gm, fw_gm, joint.num_fwd_outputs))
+    cut = min_cut.score_saved(problem, _saved_in_joint(joint.gm, fw_gm, joint.num_fwd_outputs))
     return Row(name, cut.bytes, cut.recompute, backward_peak_bytes(fw_gm, bw_gm), seconds), (fw_gm, bw_gm)
 
 

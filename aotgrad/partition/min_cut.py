@@ -529,7 +529,6 @@ def score_saved(problem: CutProblem, saved: list[fx.Node]) -> Cut:
     return Cut(saved, _bytes_of_storages(problem, saved), recompute)
 
 
-partition_cost = score_saved   # the name benchmarks/memory.py calls
 
 
 def _bytes_of_storages(problem: CutProblem, saved: list[fx.Node]) -> int:

@@ -82,7 +82,7 @@ def solve_optimum(problem: min_cut.CutProblem, *, max_bytes: int | None = None,
         raise ValueError(f"no partition fits max_bytes={max_bytes}, max_recompute={max_recompute}: "
                          f"{result.message}")
     saved = program.saved(result.x)
-    return Optimum(min_cut.partition_cost(problem, saved), result.status == 0, seconds, len(program.placed))
+    return Optimum(min_cut.score_saved(problem, saved), result.status == 0, seconds, len(program.placed))
 
 
 class _Program:

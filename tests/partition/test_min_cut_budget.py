@@ -239,7 +239,7 @@ def test_hull_points_are_convex_and_each_is_a_cut_of_that_cost():
     for (b0, r0), (b1, r1), (b2, r2) in zip(points, points[1:], points[2:]):
         assert (r1 - r0) * (b1 - b2) < (r2 - r1) * (b0 - b1)      # slopes steepen: a lower convex hull
     for cut in min_cut.hull_cuts(problem):
-        measured = min_cut.partition_cost(problem, cut.saved)
+        measured = min_cut.score_saved(problem, cut.saved)
         assert (measured.bytes, measured.recompute) == (cut.bytes, cut.recompute)
 
 
