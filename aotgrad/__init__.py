@@ -37,13 +37,15 @@ from aotgrad.export import aot_export_joint
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
 from aotgrad import testing
 from aotgrad.backends import register as _register_backends
+from aotgrad import compiled_autograd
 
 __version__ = "0.1.0"
-counters: dict = {"compiled_autograd": {"captures": 0, "compiles": 0}}
+counters: dict = {"compiled_autograd": compiled_autograd.cache.counters}
 
 _register_backends()
 
 __all__ = [
-    "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified", "config", "counters",
+    "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified", "compiled_autograd", "config",
+    "counters",
     "default_partition", "min_cut_rematerialization_partition", "nop", "testing",
 ]

@@ -197,11 +197,18 @@ class Row:
     note: str = ""
 
 
+PARTITION_REPEATS = 3  # partition time: the median of this many runs
+
+
 def score(joint: Joint, name: str, partition: Callable) -> tuple[Row, tuple]:
-    """Partition the joint graph; cost the partition with aotgrad's model."""
-    start = time.perf_counter()
-    fw_gm, bw_gm = partition(joint.gm, joint.inputs, num_fwd_outputs=joint.num_fwd_outputs)
-    seconds = time.perf_counter() - start
+    """Partition the joint graph (timed: median of PARTITION_REPEATS runs); cost the partition
+    with aotgrad's model."""
+    times = []
+    for _ in range(PARTITION_REPEATS):
+        start = time.perf_counter()
+        fw_gm, bw_gm = partition(joint.gm, joint.inputs, num_fwd_outputs=joint.num_fwd_outputs)
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
     problem = min_cut.cut_problem(split_joint(joint.gm, joint.num_fwd_outputs))
     cut = min_cut.score_saved(problem, _saved_in_joint(joint.gm, fw_gm, joint.num_fwd_outputs))
     return Row(name, cut.bytes, cut.recompute, backward_peak_bytes(fw_gm, bw_gm), seconds), (fw_gm, bw_gm)

@@ -1,0 +1,48 @@
+"""Compiled autograd: the whole backward that eager code built, captured and compiled at run time.
+
+    with aotgrad.compiled_autograd.enable(compiler_fn):
+        loss.backward()          # or torch.autograd.backward / torch.autograd.grad
+
+walk.py     the autograd graph from the roots, in the engine's order (inputs= prunes it)
+hooks.py    the hooks on it: found by probing nodes and by recording registrations
+saved.py    each node's saved tensors, taken over (lifted into the graph, freed after)
+collect.py  per call: how each node runs, the graph's inputs, the cache key
+capture.py  the FX graph: built-in nodes traced into aten ops, everything else called out
+cache.py    graphs by key, counters, miss reasons
+engine.py   interception of backward/grad, and the run of one call
+calls.py    what the graph calls at run time: hooks, accumulation, custom backwards
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+from aotgrad.compiled_autograd import cache, engine, hooks
+
+hooks.install()  # tensor hooks and retain_grad on non-leaves are recorded from now on
+
+
+@contextlib.contextmanager
+def enable(compiler_fn: Callable):
+    """Within this context, backward calls on this thread go through compiled autograd:
+    each distinct autograd graph is captured once, given to `compiler_fn(gm)` once, and the
+    result runs on every later backward of the same structure. Nestable (the innermost
+    compiler wins); everything is restored on exit, also on exceptions.
+    `aotgrad.config.compiled_autograd_verbose` is read here."""
+    from aotgrad import config
+    context = engine.CompiledAutograd(compiler_fn, verbose=bool(config.compiled_autograd_verbose))
+    engine.install()
+    engine.push(context)
+    try:
+        yield context
+    finally:
+        engine.pop(context)
+        engine.uninstall()
+
+
+def reset() -> None:
+    """Forget every captured graph and zero the counters."""
+    cache.reset()
+
+
+__all__ = ["enable", "reset"]

@@ -1,0 +1,240 @@
+"""What a captured backward graph calls out to: the engine's steps that are not aten ops.
+
+Each function here is one FX `call_function` target in the captured graph, run with real
+tensors at run time and doing exactly what the eager engine does at that point: tensor
+hooks, retain_grad, node pre/post hooks, accumulation into `.grad` (and post-accumulate
+hooks), a Python custom Function's backward, a node aotgrad does not trace (run as is),
+and the engine's check of each gradient against the input it flows to.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _hook_name(hook) -> str:
+    return getattr(hook, "__name__", None) or repr(hook)
+
+
+def _check_hook_result(hook, old: torch.Tensor, new: Any) -> torch.Tensor:
+    """Eager's check of a tensor hook's return value (python_hook.cpp)."""
+    if not isinstance(new, torch.Tensor):
+        raise TypeError(f"expected Variable or None (got {type(new).__name__})")
+    if new.dtype != old.dtype or new.device != old.device:
+        raise TypeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "
+                        f"{old.type()} got {new.type()})")
+    if new.shape != old.shape:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
+    return new
+
+
+def tensor_hooks(hooks: list, grad):
+    """A tensor's hooks on its incoming gradient, in registration order; a hook returning None
+    keeps the gradient. No gradient (None): the hooks do not run."""
+    if grad is None:
+        return None
+    for hook in hooks:
+        result = hook(grad)
+        if result is not None:
+            grad = _check_hook_result(hook, grad, result)
+    return grad
+
+
+def retain_grad(tensor: torch.Tensor, grad) -> None:
+    """A non-leaf's `retain_grad`: the first gradient is copied, later ones added out of place."""
+    if grad is None:
+        return
+    if tensor.grad is None:
+        tensor.grad = grad.clone(memory_format=torch.contiguous_format)
+    else:
+        tensor.grad = tensor.grad + grad
+
+
+def pre_hooks(hooks: list, grads: list) -> list:
+    """Node pre-hooks: each sees the gradients the previous one left; None keeps them."""
+    for hook in hooks:
+        result = hook(tuple(grads))
+        if result is not None:
+            grads = _as_grad_list(hook, result, len(grads))
+    return list(grads)
+
+
+def post_hooks(hooks: list, grad_inputs: list, grad_outputs: list) -> list:
+    """Node post-hooks: hook(grad_inputs, grad_outputs); a returned tuple replaces grad_inputs."""
+    outputs = tuple(grad_outputs)
+    for hook in hooks:
+        result = hook(tuple(grad_inputs), outputs)
+        if result is not None:
+            grad_inputs = _as_grad_list(hook, result, len(grad_inputs))
+    return list(grad_inputs)
+
+
+def _as_grad_list(hook, result, expected: int) -> list:
+    if isinstance(result, torch.Tensor):
+        result = (result,)
+    if not isinstance(result, (tuple, list)):
+        raise TypeError(f"hook '{_hook_name(hook)}' returned {type(result).__name__}; expected a tuple of "
+                        "gradients or None")
+    if len(result) != expected:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' returned {len(result)} gradients, expected {expected}")
+    return list(result)
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: some permutation of its dims is contiguous."""
+    expected = 1
+    for size, stride in sorted((d for d in zip(t.shape, t.stride()) if d[0] != 1), key=lambda d: d[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _obeys_layout(grad: torch.Tensor, variable: torch.Tensor) -> bool:
+    if _is_dense(variable):
+        return grad.stride() == variable.stride()
+    return grad.is_contiguous()
+
+
+def _clone_obeying_layout(grad: torch.Tensor, variable: torch.Tensor) -> torch.Tensor:
+    """AccumulateGrad's layout contract: a dense parameter's gradient gets its strides."""
+    if _is_dense(variable):
+        out = torch.empty_strided(variable.shape, variable.stride(), dtype=grad.dtype, device=grad.device)
+        return out.copy_(grad)
+    return grad.clone(memory_format=torch.contiguous_format)
+
+
+def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: list) -> None:
+    """AccumulateGrad: a fresh `.grad` when there is none (the graph's own temporary is taken
+    if nobody else can hold it and its layout fits; otherwise copied), else in place, so
+    `param.grad is g` stays true. Then the post-accumulate-grad hooks, with the leaf."""
+    if grad is None or not variable.requires_grad:
+        return
+    old = variable.grad
+    if old is None:
+        if may_steal and _obeys_layout(grad, variable):
+            variable.grad = grad.detach()
+        else:
+            variable.grad = _clone_obeying_layout(grad, variable)
+    else:
+        old += grad
+    for hook in hooks:
+        hook(variable)
+
+
+def _materialized(ctx, grads: list) -> list:
+    """PyNode's missing gradients: zeros for tensor outputs (non-differentiable ones too,
+    unless `_materialize_non_diff_grads` is off), None for non-tensor outputs, all None with
+    `set_materialize_grads(False)`."""
+    from aotgrad.compiled_autograd.hooks import materialize_grads, output_kinds
+    if not materialize_grads(ctx) or all(g is not None for g in grads):
+        return grads
+    kinds = output_kinds(ctx) or ("diff",) * len(grads)
+    out = []
+    for grad, meta, kind in zip(grads, ctx._input_metadata, kinds):
+        if grad is None and kind == "diff":
+            grad = torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
+        elif grad is None and kind is not None and ctx._materialize_non_diff_grads:
+            shape, dtype, device = kind
+            grad = torch.zeros(shape, dtype=dtype, device=device)
+        out.append(grad)
+    return out
+
+
+class SavedTensorsView:
+    """A custom Function's ctx as its backward sees it inside a captured graph: `saved_tensors`
+    are the graph's inputs (so the graph can free them as it goes); everything else is the
+    real ctx (attributes are read at run time, never baked in)."""
+
+    def __init__(self, ctx, saved: tuple):
+        object.__setattr__(self, "_ctx", ctx)
+        object.__setattr__(self, "saved_tensors", saved)
+
+    @property
+    def saved_variables(self):
+        return self.saved_tensors
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._ctx, name, value)
+
+
+def custom_backward(ctx, saved: list, grads: list, positions: tuple) -> list:
+    """A Python custom Function's backward as PyNode runs it: zeros for missing gradients
+    (unless `set_materialize_grads(False)`), the user's backward with the real ctx, then the
+    result checked (one gradient per forward argument, extra trailing Nones dropped, None for
+    non-tensor arguments) and those of the tensor arguments (`positions`) returned."""
+    view = SavedTensorsView(ctx, tuple(saved))
+    args = _materialized(ctx, grads)
+    if getattr(ctx._forward_cls, "boxed_grads_call", False):
+        args = [args]
+    result = ctx._get_user_fn()(view, *args)
+    if not isinstance(result, tuple):
+        result = (result,)
+    name = ctx.name()
+    arity = len(ctx.needs_input_grad)
+    if len(result) > arity and all(r is None for r in result[arity:]):
+        result = result[:arity]
+    if len(result) != arity:
+        raise RuntimeError(f"function {name} returned an incorrect number of gradients (expected {arity}, "
+                           f"got {len(result)})")
+    tensors = set(positions)
+    for i, r in enumerate(result):
+        if i not in tensors and r is not None:
+            raise RuntimeError(f"function {name} returned a gradient different than None at position {i + 1}, "
+                               "but the corresponding forward input was not a Variable")
+    return [result[p] for p in positions]
+
+
+def as_list(results) -> list:
+    """A node called from Python returns a tensor (or None) for one result, a tuple for several."""
+    return list(results) if isinstance(results, tuple) else [results]
+
+
+def run_node(node, grads: list) -> list:
+    """A node aotgrad does not trace (e.g. CopySlices, a C++ custom Function), run as is."""
+    return as_list(node(*grads))
+
+
+def _expandable(shape, desired) -> bool:
+    """Can a tensor of `shape` be broadcast to `desired`?"""
+    if len(shape) > len(desired):
+        return False
+    return all(s == d or s == 1 for s, d in zip(reversed(shape), reversed(desired)))
+
+
+def check_grad(name: str, index: int, grad, shape, dtype):
+    """The engine's `validate_outputs` for one gradient: sum a broadcast gradient down to the
+    input's shape, cast to its dtype; a shape that cannot be summed down is an error."""
+    if grad is None:
+        return None
+    if tuple(grad.shape) != tuple(shape):
+        if not _expandable(tuple(shape), tuple(grad.shape)):
+            raise RuntimeError(f"Function {name} returned an invalid gradient at index {index} - got "
+                               f"{list(grad.shape)} but expected shape compatible with {list(shape)}")
+        grad = grad.sum_to_size(shape)
+    if grad.dtype != dtype:
+        grad = grad.to(dtype)
+    return grad
+
+
+def expect_grad(name: str, index: int, grad, shape, dtype):
+    """`check_grad` for a result the graph was captured to receive: a Python backward or an
+    untraced node that returns None there has changed what the graph is for."""
+    if grad is None:
+        from aotgrad.errors import UnsupportedError
+        raise UnsupportedError(
+            f"{name} returned no gradient (None) at index {index}, where it returned one when compiled "
+            "autograd captured this backward; the captured graph cannot skip that gradient. Return zeros "
+            "there (e.g. `torch.zeros_like(x)`), or run this backward outside "
+            "`aotgrad.compiled_autograd.enable`.")
+    return check_grad(name, index, grad, shape, dtype)
+
+
+def clear(values: list) -> None:
+    """Empty the graph's input list once read: each value then lives only as long as the graph
+    needs it (FX frees a local after its last use)."""
+    values.clear()

@@ -1,0 +1,179 @@
+"""Interception: `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`
+through aotgrad, and the run of one backward call.
+
+All three reach `Variable._execution_engine.run_backward`. While some thread is inside
+`enable(compiler_fn)`, that engine object is an `_Engine` that sends calls from such a
+thread to `CompiledAutograd.run_backward` (walk, collect, look up or capture and compile,
+call, release, callbacks) and everything else to PyTorch's engine: other threads, calls
+made from inside a compiled backward (a hook calling `autograd.grad`), `create_graph`,
+and the argument errors PyTorch's engine reports itself.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+import torch
+from torch.autograd.graph import GradientEdge
+from torch.autograd.variable import Variable
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from aotgrad.compiled_autograd import cache as graph_cache
+from aotgrad.compiled_autograd.capture import capture
+from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
+from aotgrad.compiled_autograd.walk import gradient_edge, walk
+
+log = logging.getLogger("aotgrad.compiled_autograd")
+
+_local = threading.local()     # .stack: enabled contexts; .callbacks: while a compiled backward runs
+_lock = threading.Lock()
+_active = 0                    # enabled contexts over all threads
+_original_engine = None
+
+
+def _stack() -> list:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+class _Engine:
+    """Stands in for PyTorch's `_ImperativeEngine` while compiled autograd is enabled."""
+
+    def __init__(self, original):
+        self._original = original
+
+    def run_backward(self, tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
+                     accumulate_grad):
+        stack = _stack()
+        if not stack or getattr(_local, "callbacks", None) is not None or _get_current_dispatch_mode() is not None:
+            # (a dispatch mode: a tracer, e.g. aotgrad's own, differentiating on fake tensors)
+            return self._original.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs,
+                                               allow_unreachable, accumulate_grad)
+        return stack[-1].run_backward(self._original, tuple(tensors), tuple(grad_tensors), keep_graph,
+                                      create_graph, tuple(inputs), allow_unreachable, accumulate_grad)
+
+    def queue_callback(self, callback: Callable) -> None:
+        callbacks = getattr(_local, "callbacks", None)
+        if callbacks is None:
+            return self._original.queue_callback(callback)
+        callbacks.append(callback)
+
+    def __getattr__(self, name):
+        return getattr(self._original, name)
+
+
+def install() -> None:
+    global _active, _original_engine
+    with _lock:
+        if _active == 0:
+            _original_engine = Variable._execution_engine
+            Variable._execution_engine = _Engine(_original_engine)
+        _active += 1
+
+
+def uninstall() -> None:
+    global _active
+    with _lock:
+        _active -= 1
+        if _active == 0:
+            Variable._execution_engine = _original_engine
+
+
+def _requires_grad(t) -> bool:
+    return isinstance(t, GradientEdge) or t.requires_grad
+
+
+def _eager_reason(tensors, grad_tensors, create_graph, inputs) -> str | None:
+    """Why PyTorch's engine must run this call (it also raises the argument errors)."""
+    if create_graph:
+        return "create_graph=True (a differentiable backward) is run by the eager engine"
+    if not all(_requires_grad(t) for t in tensors) or not all(_requires_grad(t) for t in inputs):
+        return "a tensor that does not require grad (the eager engine raises its error)"
+    if any(g is None for t, g in zip(tensors, grad_tensors)):
+        return "a root without a gradient"
+    if any(isinstance(g, torch.Tensor) and torch._C._functorch.is_batchedtensor(g) for g in grad_tensors):
+        return "batched gradients (is_grads_batched)"
+    return None
+
+
+class CompiledAutograd:
+    """One `enable(compiler_fn)` context: its compiler and whether it logs verbosely."""
+
+    def __init__(self, compiler_fn: Callable, verbose: bool):
+        self.compiler_fn = compiler_fn
+        self.verbose = verbose
+
+    def run_backward(self, engine, tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
+                     accumulate_grad):
+        reason = _eager_reason(tensors, grad_tensors, create_graph, inputs)
+        if reason is None:
+            if accumulate_grad:
+                for t in inputs:  # as PyTorch's engine does: `backward(inputs=[h])` retains h's grad
+                    if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                        t.retain_grad()
+            graph = walk([gradient_edge(t) for t in tensors], [gradient_edge(t) for t in inputs] or None,
+                         accumulate_grad)
+            try:
+                collected = collect(graph, list(grad_tensors), accumulate_grad)
+            except EagerFallback as e:
+                reason = str(e)
+        if reason is not None:
+            graph_cache.count("eager_fallbacks")
+            log.info("compiled autograd: running this backward eagerly: %s", reason)
+            return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
+                                       accumulate_grad)
+        compiled = graph_cache.lookup(self.compiler_fn, collected.key)
+        if compiled is None:
+            compiled = self._capture_and_compile(graph, collected)
+        results = self._call(compiled, collected, keep_graph)
+        if not accumulate_grad:
+            if not allow_unreachable and any(r is None for r in results):
+                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
+                                   "Set allow_unused=True if this is the desired behavior.")
+            return tuple(results)
+        return ()
+
+    def _capture_and_compile(self, graph, collected):
+        reason = graph_cache.miss_reason(self.compiler_fn, collected.key, collected.plans)
+        log.log(logging.INFO if self.verbose else logging.DEBUG, "Cache miss due to %s", reason)
+        gm = capture(graph, collected)
+        graph_cache.count("captures")
+        if self.verbose or log.isEnabledFor(logging.DEBUG):
+            for plan in collected.plans:
+                log.log(logging.INFO if self.verbose else logging.DEBUG, "captured %s", plan.label)
+            log.log(logging.INFO if self.verbose else logging.DEBUG, "%s", gm.print_readable(print_output=False))
+        compiled = self.compiler_fn(gm)
+        graph_cache.count("compiles")
+        graph_cache.store(self.compiler_fn, collected.key, compiled)
+        return compiled
+
+    def _call(self, compiled, collected, keep_graph: bool) -> list:
+        if not keep_graph:  # the graph's input list then holds the only reference: freed as it goes
+            release(collected)
+        _local.callbacks = callbacks = []
+        try:
+            with torch.no_grad():
+                results = compiled(collected.inputs, collected.objects)
+        finally:
+            _local.callbacks = None
+        while callbacks:  # a callback may queue another; each runs once, in order
+            callback = callbacks.pop(0)
+            _local.callbacks = callbacks
+            try:
+                callback()
+            finally:
+                _local.callbacks = None
+        return list(results)
+
+
+def push(context: CompiledAutograd) -> None:
+    _stack().append(context)
+
+
+def pop(context: CompiledAutograd) -> None:
+    stack = _stack()
+    assert stack and stack[-1] is context, "compiled_autograd.enable contexts exited out of order"
+    stack.pop()

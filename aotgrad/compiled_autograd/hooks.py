@@ -1,0 +1,230 @@
+"""Hooks on the autograd graph, found without running it, and run as the engine runs them.
+
+Where each kind lives and how aotgrad finds it:
+  node pre/post hooks      the node's own dict: registering a no-op hook returns a handle
+                           whose `hooks_dict_ref()` is that dict (the no-op is removed)
+  tensor hooks, non-leaf   inside the C++ node, out of Python's reach: `Tensor.register_hook`
+                           is wrapped when aotgrad is imported, and adds a `_TensorHooks`
+                           marker pre-hook (a no-op in eager) carrying the tensor's hook dict
+  retain_grad, non-leaf    `Tensor.retain_grad` is wrapped: live tensors that retain grad
+  leaf hooks               on the leaf: `_backward_hooks`, `_post_accumulate_grad_hooks`
+Hooks registered before `import aotgrad` on non-leaf tensors cannot be seen (docs/limitations.md).
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+from torch.autograd.function import _is_setup_context_defined
+
+_state = threading.local()
+_node_hook_dicts: list = []   # weakrefs to every node hook dict ever made (pruned as they die)
+_retaining: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
+_installed = False
+
+
+class _TensorHooks:
+    """Marker pre-hook: node output `output_nr` has the tensor hooks in `hooks` (a dict the
+    tensor and the C++ node share). Returns None: in eager it changes nothing."""
+
+    def __init__(self, output_nr: int, hooks: OrderedDict):
+        self.output_nr = output_nr
+        self.hooks = hooks
+
+    def __call__(self, grad_outputs):
+        return None
+
+    def __repr__(self):
+        return f"_TensorHooks(output {self.output_nr}, {len(self.hooks)} hooks)"
+
+
+def _recording_register_hook_dict(original):
+    def _register_hook(backward_hooks, hook):
+        result = original(backward_hooks, hook)
+        if backward_hooks is None and not getattr(_state, "probing", False):
+            _node_hook_dicts.append(weakref.ref(result[0]))
+        return result
+    return staticmethod(_register_hook)
+
+
+def _recording_tensor_register_hook(original):
+    def register_hook(self, hook):
+        handle = original(self, hook)
+        hooks = self._backward_hooks
+        if self.grad_fn is not None and getattr(self, "_aotgrad_marked_hooks", None) is not hooks:
+            self.grad_fn.register_prehook(_TensorHooks(self.output_nr, hooks))
+            self._aotgrad_marked_hooks = hooks
+        return handle
+    register_hook.__doc__ = original.__doc__
+    return register_hook
+
+
+def _recording_retain_grad(original):
+    def retain_grad(self):
+        original(self)
+        if self.grad_fn is not None:
+            _retaining.add(self)
+    retain_grad.__doc__ = original.__doc__
+    return retain_grad
+
+
+def _recording_set_materialize_grads(original):
+    def set_materialize_grads(self, value: bool):
+        original(self, value)
+        self._aotgrad_materialize_grads = bool(value)  # the C attribute cannot be read back
+    set_materialize_grads.__doc__ = original.__doc__
+    return set_materialize_grads
+
+
+def materialize_grads(ctx) -> bool:
+    """Does a custom Function's backward get zeros for missing gradients? (the default)"""
+    return getattr(ctx, "_aotgrad_materialize_grads", True)
+
+
+def _recording_function_apply(original):
+    """What the C++ node of a custom Function keeps to itself, set on the node where it
+    matters: `_aotgrad_tensor_positions`, which positional arguments were tensors (when not
+    all were), and `_aotgrad_outputs`, per output None (not a tensor: its backward gets None),
+    "diff", or the (shape, dtype, device) of a non-differentiable tensor (zeros when missing)."""
+    def apply(cls, *args, **kwargs):
+        out = original(cls, *args, **kwargs)
+        outputs = out if isinstance(out, (tuple, list)) else (out,)
+        node = next((t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None
+                     and getattr(t.grad_fn, "_forward_cls", None) is cls), None)
+        if node is None:
+            return out
+        if kwargs or not all(isinstance(a, torch.Tensor) for a in args):
+            if _is_setup_context_defined(cls.setup_context):
+                bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+                bound.apply_defaults()
+                args = bound.args
+            node._aotgrad_tensor_positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        kinds = tuple(_output_kind(t, node) for t in outputs)
+        if any(k != "diff" for k in kinds):
+            node._aotgrad_outputs = kinds
+        return out
+    apply.__doc__ = original.__doc__
+    return classmethod(apply)
+
+
+def _output_kind(t, node):
+    if not isinstance(t, torch.Tensor):
+        return None
+    if t.grad_fn is node:
+        return "diff"
+    return (tuple(t.shape), t.dtype, t.device)
+
+
+def tensor_positions(ctx) -> tuple | None:
+    """Positions of a custom Function's tensor arguments, where not all were tensors."""
+    return getattr(ctx, "_aotgrad_tensor_positions", None)
+
+
+def output_kinds(ctx) -> tuple | None:
+    """Per output of a custom Function: None, "diff" or a non-differentiable tensor's metadata
+    (None when every output is a differentiable tensor)."""
+    return getattr(ctx, "_aotgrad_outputs", None)
+
+
+def install() -> None:
+    """Wrap the registration entry points (once, when aotgrad is imported)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    torch.autograd.Function._register_hook = _recording_register_hook_dict(torch.autograd.Function._register_hook)
+    torch.Tensor.register_hook = _recording_tensor_register_hook(torch.Tensor.register_hook)
+    torch.Tensor.retain_grad = _recording_retain_grad(torch.Tensor.retain_grad)
+    FunctionCtx = torch.autograd.function.FunctionCtx
+    FunctionCtx.set_materialize_grads = _recording_set_materialize_grads(FunctionCtx.set_materialize_grads)
+    torch.autograd.Function.apply = _recording_function_apply(torch.autograd.Function.apply.__func__)
+
+
+def node_hooks_may_exist() -> bool:
+    """Is any node hook dict alive and non-empty? (If not, no node needs probing.)"""
+    alive = [ref for ref in _node_hook_dicts if ref() is not None]
+    _node_hook_dicts[:] = alive
+    return any(ref() for ref in alive)
+
+
+def _noop(*args):
+    return None
+
+
+def _node_dict(register) -> OrderedDict | None:
+    _state.probing = True
+    try:
+        handle = register(_noop)
+    finally:
+        _state.probing = False
+    hooks = handle.hooks_dict_ref()
+    handle.remove()
+    return hooks or None
+
+
+@dataclass
+class NodeHooks:
+    """The hooks the engine calls around one node, in its order: tensor hooks per input slot,
+    then retain_grad, then node pre-hooks; the node; post-hooks (AccumulateGrad: its
+    post-accumulate hooks run inside the node)."""
+    tensor: list = field(default_factory=list)      # (input slot, [hook, ...])
+    retain: list = field(default_factory=list)      # (input slot, tensor)
+    pre: list = field(default_factory=list)
+    post: list = field(default_factory=list)
+    post_accumulate: list = field(default_factory=list)
+
+    def shape(self) -> tuple:
+        """What the cache key sees: how many hooks of each kind, where (not which functions)."""
+        return (tuple((slot, len(h)) for slot, h in self.tensor), tuple(slot for slot, _ in self.retain),
+                len(self.pre), len(self.post), len(self.post_accumulate))
+
+    def callables(self) -> list:
+        """Every hook function, in the order `shape` counts them (passed to the graph per call)."""
+        out = [h for _, hs in self.tensor for h in hs]
+        out += [t for _, t in self.retain]
+        return out + self.pre + self.post + self.post_accumulate
+
+
+_NO_HOOKS = NodeHooks()
+
+
+def retaining_by_node() -> dict:
+    """Live non-leaf tensors that retain grad, by (grad_fn, output_nr)."""
+    found: dict = {}
+    for t in list(_retaining):
+        if t.retains_grad and t.grad_fn is not None:
+            found.setdefault(t.grad_fn, []).append((t.output_nr, t))
+    return found
+
+
+def hooks_of(node, leaf, probe: bool, retaining: dict) -> NodeHooks:
+    """The hooks of one node (`leaf` is the tensor of an AccumulateGrad node, else None)."""
+    tensor: list = []
+    pre: list = []
+    post: list = []
+    if probe:
+        pre_dict = _node_dict(node.register_prehook)
+        if pre_dict:
+            for hook in pre_dict.values():
+                if isinstance(hook, _TensorHooks):
+                    if hook.hooks:
+                        tensor.append((hook.output_nr, list(hook.hooks.values())))
+                else:
+                    pre.append(hook)
+        post_dict = _node_dict(node.register_hook)
+        if post_dict:
+            post = list(post_dict.values())
+    post_accumulate: list = []
+    if leaf is not None:
+        if leaf._backward_hooks:
+            tensor.append((0, list(leaf._backward_hooks.values())))
+        if leaf._post_accumulate_grad_hooks:
+            post_accumulate = list(leaf._post_accumulate_grad_hooks.values())
+    retain = retaining.get(node, [])
+    if not (tensor or pre or post or post_accumulate or retain):
+        return _NO_HOOKS
+    return NodeHooks(tensor, retain, pre, post, post_accumulate)

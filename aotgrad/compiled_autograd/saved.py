@@ -1,0 +1,122 @@
+"""What each autograd node saved for its backward, taken over by aotgrad.
+
+In: a node. Out: its saved tensors as `Slot`s and its saved non-tensor values (C++ nodes:
+`_saved_*` attributes without a `_raw_saved_*` twin; they go into the cache key).
+Taking a saved tensor over registers a pack/unpack pair on it (`SavedTensor.register_hooks`):
+the node then holds a `Slot` instead of the tensor. The slot gives the tensor back to the
+node's own code when it unpacks, a fake tensor while aotgrad traces the node, and nothing
+once the backward released it (retain_graph=False), when unpacking raises eager's error.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you call "
+    ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+    "graph a second time or if you need to access saved tensors after calling backward."
+)
+
+
+class Slot:
+    """A saved tensor aotgrad holds for a node: `value` (None once freed), `fake` while tracing.
+    `owned` is False for a tensor packed by the user's saved_tensors_hooks: aotgrad reads it
+    through them and cannot free it early."""
+    __slots__ = ("value", "fake", "owned", "freed")
+
+    def __init__(self, value, owned: bool = True):
+        self.value = value
+        self.fake = None
+        self.owned = owned
+        self.freed = False
+
+    def release(self) -> None:
+        if self.owned:
+            self.value = None
+            self.freed = True
+
+
+def _pack(t: torch.Tensor) -> Slot:
+    return Slot(t)
+
+
+def _unpack(slot: Slot) -> torch.Tensor:
+    if slot.fake is not None:
+        return slot.fake
+    if slot.freed:
+        raise RuntimeError(FREED_MESSAGE)
+    return slot.value
+
+
+def take(raw) -> Slot | None:
+    """The slot of one SavedTensor (registering aotgrad's pack/unpack pair the first time)."""
+    if raw is None:
+        return None
+    try:
+        raw.register_hooks(_pack, _unpack)
+    except RuntimeError:
+        held = raw.data  # hooks already set: aotgrad's own (retain_graph earlier) or the user's
+        if isinstance(held, Slot):
+            if held.freed:
+                raise RuntimeError(FREED_MESSAGE) from None
+            return held
+        try:
+            value = raw.unpack()
+        except RuntimeError as e:
+            if "None is forbidden" in str(e) or "undefined" in str(e):
+                return None
+            raise
+        return Slot(value, owned=False) if value is not None else None
+    return raw.data
+
+
+class SavedLayout:
+    """Which attributes of a C++ node class hold tensors and which hold other values."""
+    __slots__ = ("tensors", "values")
+
+    def __init__(self, node_type: type):
+        names = dir(node_type)
+        raw = [n for n in names if n.startswith("_raw_saved_")]
+        self.tensors = tuple(raw)
+        twins = {"_saved_" + n[len("_raw_saved_"):] for n in raw}
+        self.values = tuple(n for n in names if n.startswith("_saved_") and n not in twins)
+
+
+_layouts: dict[type, SavedLayout] = {}
+
+
+def layout_of(node_type: type) -> SavedLayout:
+    layout = _layouts.get(node_type)
+    if layout is None:
+        layout = _layouts[node_type] = SavedLayout(node_type)
+    return layout
+
+
+def take_tensors(node, attrs: tuple) -> list[Slot | None]:
+    """Slots of the tensors saved under `attrs` (lists flattened in order)."""
+    slots: list = []
+    for attr in attrs:
+        raw = getattr(node, attr)
+        if isinstance(raw, (list, tuple)):
+            slots.extend(take(r) for r in raw)
+        else:
+            slots.append(take(raw))
+    return slots
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, torch.Tensor):  # a saved optional tensor read as a value: key on metadata
+        return ("tensor", value.dtype, tuple(value.shape))
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    return value
+
+
+def saved_values(node, attrs: tuple) -> tuple:
+    """The non-tensor values a C++ node saved (sizes, dims, scalars), hashable, for the key."""
+    return tuple(_hashable(getattr(node, attr)) for attr in attrs)

@@ -1,0 +1,281 @@
+"""The engine's semantics under compiled autograd, each against eager: summation where paths
+meet, inputs= pruning, autograd.grad, retain_graph, accumulation into .grad, retain_grad,
+callbacks, interception and restoring."""
+import pytest
+import torch
+
+import aotgrad
+from aotgrad import compiled_autograd
+from tests.compiled_autograd.helpers import check, nop_compiler
+
+
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+
+def test_mlp_step_is_captured_once_and_hits_the_cache():
+    model = _mlp()
+    x = torch.randn(2, 4)
+
+    def fn():
+        out = []
+        for _ in range(3):
+            model.zero_grad()
+            model(x).sum().backward()
+            out += [p.grad.clone() for p in model.parameters()]
+        return out
+
+    check(fn, captures=1, compiles=1)
+
+
+def test_gradients_are_summed_where_paths_meet():
+    def fn():
+        x = torch.randn(5, requires_grad=True)
+        a = x.sin()
+        y = (a * a.cos() + a.exp() * x).sum()
+        y.backward()
+        return [x.grad]
+
+    check(fn)
+
+
+def test_backward_returns_none_and_autograd_grad_leaves_dot_grad_alone():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        w = torch.randn(3, requires_grad=True)
+        h = x * w
+        y = (h * h).sum()
+        gx, gh = torch.autograd.grad(y, [x, h])
+        return [gx, gh, x.grad, w.grad]
+
+    check(fn)
+
+
+def test_autograd_grad_with_unused_input():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        z = torch.randn(3, requires_grad=True)
+        y = (x * 2).sum()
+        got = torch.autograd.grad(y, [x, z], allow_unused=True)
+        with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+            torch.autograd.grad((x * 3).sum(), [x, z])
+        return list(got)
+
+    check(fn)
+
+
+def test_inputs_prunes_nodes_off_the_path():
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            raise AssertionError("must not run")
+
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        w = torch.randn(3, requires_grad=True)
+        y = (Boom.apply(x) * w).sum()
+        y.backward(inputs=[w])
+        gw, = torch.autograd.grad((Boom.apply(x) * w).sum(), [w])
+        return [x.grad, w.grad, gw]
+
+    check(fn)
+
+
+def test_backward_inputs_non_leaf_retains_its_grad():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        h = x * 2
+        y = (h * h).sum()
+        y.backward(inputs=[h])
+        return [x.grad, h.grad, h.retains_grad]
+
+    check(fn)
+
+
+def test_retain_graph_allows_a_second_backward_and_without_it_eager_error():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        y = (x * x.exp()).sum()
+        y.backward(retain_graph=True)
+        first = x.grad.clone()
+        y.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            y.backward()
+        return [first, x.grad]
+
+    check(fn, captures=1)
+
+
+def test_eager_and_compiled_backwards_alternate_on_a_retained_graph():
+    x = torch.randn(3, requires_grad=True)
+    y = (x * x.sin()).sum()
+    y.backward(retain_graph=True)
+    with compiled_autograd.enable(nop_compiler):
+        y.backward(retain_graph=True)
+    y.backward(retain_graph=True)
+    with compiled_autograd.enable(nop_compiler):
+        y.backward()
+    expected = 4 * (x.sin() + x * x.cos())
+    assert torch.allclose(x.grad, expected.detach())
+
+
+def test_accumulation_is_in_place_into_an_existing_grad():
+    def fn():
+        w = torch.randn(3, requires_grad=True)
+        w.grad = torch.ones(3)
+        g = w.grad
+        (w * 2).sum().backward()
+        return [w.grad, w.grad is g]
+
+    assert check(fn)[1] is True
+
+
+def test_fresh_grad_does_not_alias_the_root_gradient():
+    def fn():
+        w = torch.randn(3, requires_grad=True)
+        g = torch.randn(3)
+        w.backward(g)
+        return [w.grad, w.grad is g, w.grad.data_ptr() == g.data_ptr()]
+
+    check(fn)
+
+
+def test_grad_gets_the_parameters_strides():
+    def fn():
+        w = torch.randn(4, 3).t().requires_grad_()
+        (w * 2).sum().backward()
+        return [w.grad, w.grad.stride()]
+
+    check(fn)
+
+
+def test_retain_grad_copies_then_adds():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        h = x * 3
+        h.retain_grad()
+        y = (h * h).sum()
+        y.backward(retain_graph=True)
+        first = h.grad
+        y.backward()
+        return [x.grad, first, h.grad, h.grad is first]
+
+    check(fn)
+
+
+def test_queued_callbacks_run_after_the_backward_in_order():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        order = []
+
+        def hook(g):
+            engine = torch.autograd.Variable._execution_engine
+            engine.queue_callback(lambda: (order.append("cb1"), engine.queue_callback(lambda: order.append("cb2"))))
+            order.append("hook")
+            return g
+
+        y = x * 2
+        y.register_hook(hook)
+        y.sum().backward()
+        return [x.grad, order]
+
+    assert check(fn)[1] == ["hook", "cb1", "cb2"]
+
+
+def test_enable_restores_the_engine_on_exit_and_on_error():
+    original = torch.autograd.Variable._execution_engine
+    with pytest.raises(ValueError):
+        with compiled_autograd.enable(nop_compiler):
+            assert torch.autograd.Variable._execution_engine is not original
+            raise ValueError
+    assert torch.autograd.Variable._execution_engine is original
+
+
+def test_nested_enable_uses_the_innermost_compiler():
+    used = []
+
+    def outer(gm):
+        used.append("outer")
+        return gm
+
+    def inner(gm):
+        used.append("inner")
+        return gm
+
+    compiled_autograd.reset()
+    x = torch.randn(3, requires_grad=True)
+    with compiled_autograd.enable(outer):
+        with compiled_autograd.enable(inner):
+            (x * 2).sum().backward()
+        (x * 3).sum().backward()
+    assert used == ["inner", "outer"]
+    assert torch.equal(x.grad, torch.full((3,), 5.0))
+
+
+def test_other_threads_keep_the_eager_engine():
+    import threading
+    captures = []
+
+    def compiler(gm):
+        captures.append(gm)
+        return gm
+
+    compiled_autograd.reset()
+    result = {}
+
+    def other():
+        x = torch.randn(3, requires_grad=True)
+        (x * 2).sum().backward()
+        result["grad"] = x.grad
+
+    with compiled_autograd.enable(compiler):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert torch.equal(result["grad"], torch.full((3,), 2.0))
+    assert captures == []
+
+
+def test_in_place_write_into_a_view_runs_copy_slices():
+    def fn():
+        x = torch.randn(4, requires_grad=True)
+        y = x.clone()
+        y[1:3].mul_(2)
+        y.sum().backward()
+        return [x.grad]
+
+    check(fn)
+
+
+def test_reset_clears_graphs_and_counters():
+    x = torch.randn(3, requires_grad=True)
+    compiled_autograd.reset()
+    with compiled_autograd.enable(nop_compiler):
+        (x * 2).sum().backward()
+        (x * 2).sum().backward()
+    assert aotgrad.counters["compiled_autograd"]["captures"] == 1
+    compiled_autograd.reset()
+    assert aotgrad.counters["compiled_autograd"]["captures"] == 0
+    with compiled_autograd.enable(nop_compiler):
+        (x * 2).sum().backward()
+    assert aotgrad.counters["compiled_autograd"]["captures"] == 1
+
+
+def test_create_graph_runs_eagerly():
+    compiled_autograd.reset()
+    x = torch.randn(3, requires_grad=True)
+    with compiled_autograd.enable(nop_compiler):
+        g, = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
+        g.sum().backward()
+    assert torch.allclose(x.grad, 6 * x.detach())
+    assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] == 1
+
+
+def test_root_not_requiring_grad_gives_eagers_error():
+    with compiled_autograd.enable(nop_compiler):
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            torch.randn(3).sum().backward()
