@@ -73,5 +73,7 @@ def format_graph(gm: fx.GraphModule | fx.Graph, name: str = "forward", *, source
             notes.append(source_line(node))
         if node.meta.get("forward_op"):
             notes.append(f"<- {node.meta['forward_op']}")
+        elif node.meta.get("autograd_node"):  # compiled autograd: the node of the backward it runs
+            notes.append(node.meta["autograd_node"])
         lines.append(text + (f"  # {'  '.join(notes)}" if notes else ""))
     return "\n".join(lines)

@@ -15,6 +15,7 @@ calls.py    what the graph calls at run time: hooks, accumulation, custom backwa
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Callable
 
 from aotgrad.compiled_autograd import cache, engine, hooks
@@ -30,14 +31,37 @@ def enable(compiler_fn: Callable):
     compiler wins); everything is restored on exit, also on exceptions.
     `aotgrad.config.compiled_autograd_verbose` is read here."""
     from aotgrad import config
-    context = engine.CompiledAutograd(compiler_fn, verbose=bool(config.compiled_autograd_verbose))
-    engine.install()
-    engine.push(context)
+    verbose = bool(config.compiled_autograd_verbose)
+    context = engine.CompiledAutograd(compiler_fn, verbose=verbose)
+    with _verbose_logging(verbose):
+        engine.install()
+        engine.push(context)
+        try:
+            yield context
+        finally:
+            engine.pop(context)
+            engine.uninstall()
+
+
+@contextlib.contextmanager
+def _verbose_logging(verbose: bool):
+    """`compiled_autograd_verbose`: the `aotgrad.compiled_autograd` logger at DEBUG for the
+    context (printing to stderr if nothing else handles it); restored on exit."""
+    if not verbose:
+        yield
+        return
+    level = engine.log.level
+    handler = None
+    engine.log.setLevel(logging.DEBUG)
+    if not engine.log.handlers and not logging.getLogger("aotgrad").handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        engine.log.addHandler(handler)
     try:
-        yield context
+        yield
     finally:
-        engine.pop(context)
-        engine.uninstall()
+        engine.log.setLevel(level)
+        if handler is not None:
+            engine.log.removeHandler(handler)
 
 
 def reset() -> None:

@@ -217,7 +217,6 @@ def _label(graph: fx.Graph, after: fx.Node, label: str) -> None:
     node = after.next
     while node.op != "root":
         node.meta["autograd_node"] = label
-        node.meta.setdefault("stack_trace", f"  {label}\n")
         node = node.next
 
 

@@ -101,6 +101,7 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
                 if len(node.next_functions) != len(node.needs_input_grad) and tensor_positions(node) is None:
                     raise EagerFallback(f"custom Function {node.name()} has non-tensor inputs and was applied "
                                         "before aotgrad was imported: which results go to which input is unknown")
+                node.saved_tensors  # autograd's check that none was modified in place
                 saved = [take(raw) for raw in node._raw_saved_tensors]
                 objects.append(node)
             elif kind is ACCUMULATE:

@@ -20,6 +20,7 @@ from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.compiled_autograd import cache as graph_cache
+from aotgrad.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
 from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
 from aotgrad.compiled_autograd.walk import gradient_edge, walk
@@ -137,14 +138,13 @@ class CompiledAutograd:
         return ()
 
     def _capture_and_compile(self, graph, collected):
-        reason = graph_cache.miss_reason(self.compiler_fn, collected.key, collected.plans)
-        log.log(logging.INFO if self.verbose else logging.DEBUG, "Cache miss due to %s", reason)
+        log.debug("Cache miss due to %s", graph_cache.miss_reason(self.compiler_fn, collected.key, collected.plans))
         gm = capture(graph, collected)
         graph_cache.count("captures")
-        if self.verbose or log.isEnabledFor(logging.DEBUG):
+        if log.isEnabledFor(logging.DEBUG):
             for plan in collected.plans:
-                log.log(logging.INFO if self.verbose else logging.DEBUG, "captured %s", plan.label)
-            log.log(logging.INFO if self.verbose else logging.DEBUG, "%s", gm.print_readable(print_output=False))
+                log.debug("%s", plan.label)
+            log.debug("%s", format_graph(gm, "compiled_autograd_graph"))
         compiled = self.compiler_fn(gm)
         graph_cache.count("compiles")
         graph_cache.store(self.compiler_fn, collected.key, compiled)

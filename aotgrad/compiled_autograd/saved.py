@@ -22,16 +22,25 @@ FREED_MESSAGE = (
 
 
 class Slot:
-    """A saved tensor aotgrad holds for a node: `value` (None once freed), `fake` while tracing.
-    `owned` is False for a tensor packed by the user's saved_tensors_hooks: aotgrad reads it
-    through them and cannot free it early."""
-    __slots__ = ("value", "fake", "owned", "freed")
+    """A saved tensor aotgrad holds for a node: `value` (None once freed), `fake` while tracing,
+    `version`: the value's version when taken (registered hooks skip autograd's own check that a
+    saved tensor was not modified in place, so the slot makes it). `owned` is False for a
+    tensor packed by the user's saved_tensors_hooks: read through them, never freed early."""
+    __slots__ = ("value", "fake", "owned", "freed", "version")
 
     def __init__(self, value, owned: bool = True):
         self.value = value
         self.fake = None
         self.owned = owned
         self.freed = False
+        self.version = value._version if value is not None else 0
+
+    def check_version(self) -> None:
+        if self.owned and self.value is not None and self.value._version != self.version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: [{self.value.type()} {list(self.value.shape)}] is at version {self.value._version}; "
+                f"expected version {self.version} instead.")
 
     def release(self) -> None:
         if self.owned:
@@ -48,11 +57,13 @@ def _unpack(slot: Slot) -> torch.Tensor:
         return slot.fake
     if slot.freed:
         raise RuntimeError(FREED_MESSAGE)
+    slot.check_version()
     return slot.value
 
 
 def take(raw) -> Slot | None:
-    """The slot of one SavedTensor (registering aotgrad's pack/unpack pair the first time)."""
+    """The slot of one SavedTensor (registering aotgrad's pack/unpack pair the first time).
+    The caller has unpacked it through its node once, which runs autograd's version check."""
     if raw is None:
         return None
     try:
@@ -62,6 +73,7 @@ def take(raw) -> Slot | None:
         if isinstance(held, Slot):
             if held.freed:
                 raise RuntimeError(FREED_MESSAGE) from None
+            held.check_version()
             return held
         try:
             value = raw.unpack()
@@ -96,9 +108,11 @@ def layout_of(node_type: type) -> SavedLayout:
 
 
 def take_tensors(node, attrs: tuple) -> list[Slot | None]:
-    """Slots of the tensors saved under `attrs` (lists flattened in order)."""
+    """Slots of the tensors saved under `attrs` (`_raw_saved_*`; lists flattened in order),
+    each first read through the node (`_saved_*`: autograd's in-place modification check)."""
     slots: list = []
     for attr in attrs:
+        getattr(node, "_saved_" + attr[len("_raw_saved_"):])
         raw = getattr(node, attr)
         if isinstance(raw, (list, tuple)):
             slots.extend(take(r) for r in raw)

@@ -279,3 +279,49 @@ def test_root_not_requiring_grad_gives_eagers_error():
     with compiled_autograd.enable(nop_compiler):
         with pytest.raises(RuntimeError, match="does not require grad"):
             torch.randn(3).sum().backward()
+
+
+def test_saved_tensor_modified_in_place_is_eagers_error_also_after_a_retained_run():
+    import re
+    x = torch.randn(3, requires_grad=True)
+    b = x * 2
+    y = b.sin().sum()
+    with torch.no_grad():
+        b.add_(1)
+    with compiled_autograd.enable(nop_compiler):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+    # taken over by a compiled backward with retain_graph, then modified: both engines still check
+    b2 = x * 3
+    y2 = b2.sin().sum()  # saves b2
+    with compiled_autograd.enable(nop_compiler):
+        y2.backward(retain_graph=True)
+    with torch.no_grad():
+        b2.mul_(2)
+    with pytest.raises(RuntimeError, match=re.escape("modified by an inplace operation")):
+        y2.backward(retain_graph=True)
+    with compiled_autograd.enable(nop_compiler):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y2.backward()
+
+
+def test_custom_function_saved_input_modified_in_place_is_eagers_error():
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return 2 * x * g
+
+    x = torch.randn(3, requires_grad=True)
+    h = x * 1
+    y = Square.apply(h).sum()
+    with torch.no_grad():
+        h.add_(1)
+    with compiled_autograd.enable(nop_compiler):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
