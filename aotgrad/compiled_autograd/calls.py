@@ -20,21 +20,22 @@ def _hook_name(hook) -> str:
 def _check_hook_result(hook, old: torch.Tensor, new: Any) -> torch.Tensor:
     """Eager's check of a tensor hook's return value (python_hook.cpp)."""
     if not isinstance(new, torch.Tensor):
-        raise TypeError(f"expected Variable or None (got {type(new).__name__})")
+        raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
     if new.dtype != old.dtype or new.device != old.device:
-        raise TypeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "
-                        f"{old.type()} got {new.type()})")
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the type of value (was "
+                           f"{old.type()} got {new.type()})")
     if new.shape != old.shape:
         raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
     return new
 
 
-def tensor_hooks(hooks: list, grad):
-    """A tensor's hooks on its incoming gradient, in registration order; a hook returning None
-    keeps the gradient. No gradient (None): the hooks do not run."""
+def tensor_hooks(hooks: dict, grad):
+    """A tensor's hooks on its incoming gradient, in registration order (those in the dict
+    when its node runs); a hook returning None keeps the gradient. No gradient (None): the
+    hooks do not run."""
     if grad is None:
         return None
-    for hook in hooks:
+    for hook in list(hooks.values()):
         result = hook(grad)
         if result is not None:
             grad = _check_hook_result(hook, grad, result)
@@ -51,19 +52,23 @@ def retain_grad(tensor: torch.Tensor, grad) -> None:
         tensor.grad = tensor.grad + grad
 
 
-def pre_hooks(hooks: list, grads: list) -> list:
-    """Node pre-hooks: each sees the gradients the previous one left; None keeps them."""
-    for hook in hooks:
+def pre_hooks(hooks: dict, grads: list) -> list:
+    """Node pre-hooks: each sees the gradients the previous one left; None keeps them.
+    (aotgrad's tensor-hook markers in the same dict do nothing.)"""
+    from aotgrad.compiled_autograd.hooks import _TensorHooks
+    for hook in list(hooks.values()):
+        if isinstance(hook, _TensorHooks):
+            continue
         result = hook(tuple(grads))
         if result is not None:
             grads = _as_grad_list(hook, result, len(grads))
     return list(grads)
 
 
-def post_hooks(hooks: list, grad_inputs: list, grad_outputs: list) -> list:
+def post_hooks(hooks: dict, grad_inputs: list, grad_outputs: list) -> list:
     """Node post-hooks: hook(grad_inputs, grad_outputs); a returned tuple replaces grad_inputs."""
     outputs = tuple(grad_outputs)
-    for hook in hooks:
+    for hook in list(hooks.values()):
         result = hook(tuple(grad_inputs), outputs)
         if result is not None:
             grad_inputs = _as_grad_list(hook, result, len(grad_inputs))
@@ -105,7 +110,7 @@ def _clone_obeying_layout(grad: torch.Tensor, variable: torch.Tensor) -> torch.T
     return grad.clone(memory_format=torch.contiguous_format)
 
 
-def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: list) -> None:
+def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict | None) -> None:
     """AccumulateGrad: a fresh `.grad` when there is none (the graph's own temporary is taken
     if nobody else can hold it and its layout fits; otherwise copied), else in place, so
     `param.grad is g` stays true. Then the post-accumulate-grad hooks, with the leaf."""
@@ -119,8 +124,9 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: list) 
             variable.grad = _clone_obeying_layout(grad, variable)
     else:
         old += grad
-    for hook in hooks:
-        hook(variable)
+    if hooks:
+        for hook in list(hooks.values()):
+            hook(variable)
 
 
 def _materialized(ctx, grads: list) -> list:
@@ -221,10 +227,11 @@ def check_grad(name: str, index: int, grad, shape, dtype):
     return grad
 
 
-def expect_grad(name: str, index: int, grad, shape, dtype):
+def expect_grad(name: str, index: int, grad, shape, dtype, may_be_none: bool = False):
     """`check_grad` for a result the graph was captured to receive: a Python backward or an
-    untraced node that returns None there has changed what the graph is for."""
-    if grad is None:
+    untraced node that returns None there has changed what the graph is for, unless the
+    gradient goes straight into `.grad` (`may_be_none`: None then accumulates nothing)."""
+    if grad is None and not may_be_none:
         from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
             f"{name} returned no gradient (None) at index {index}, where it returned one when compiled "

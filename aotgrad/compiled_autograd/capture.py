@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd.hooks import tensor_positions
-from aotgrad.compiled_autograd.collect import ACCUMULATE, CUSTOM, TRACED, Collected, StepPlan
+from aotgrad.compiled_autograd.collect import ACCUMULATE, AOTGRAD, CUSTOM, TRACED, Collected, StepPlan
 from aotgrad.compiled_autograd.walk import Walk
 from aotgrad.trace import GraphRecorder
 
@@ -108,39 +108,49 @@ def _like(builder: _Builder, grads: list) -> list:
     return [None if g is None else builder.empty(g.shape, g.dtype, g.device) for g in grads]
 
 
-def _before_node(builder: _Builder, plan: StepPlan, step, grads: list, objects: list, results: list) -> list:
+class _Objects:
+    """Where a step's objects sit in the graph's `objects` input (see collect.collect): its
+    node, leaf or ctx (kinds that are called with one), then one entry per hook dict."""
+
+    def __init__(self, plan: StepPlan, runs: bool):
+        hooks = plan.hooks
+        position = plan.first_object
+        self.node = None
+        if runs and plan.kind is not TRACED and plan.kind is not AOTGRAD:
+            self.node, position = position, position + 1
+        self.tensor = list(range(position, position + len(hooks.tensor)))
+        position += len(hooks.tensor)
+        self.retain = list(range(position, position + len(hooks.retain)))
+        position += len(hooks.retain)
+        self.pre = self.post = self.post_accumulate = None
+        for kind in ("pre", "post", "post_accumulate"):
+            if getattr(hooks, kind) is not None:
+                setattr(self, kind, position)
+                position += 1
+
+
+def _before_node(builder: _Builder, plan: StepPlan, step, where: _Objects, grads: list, results: list) -> list:
     """Tensor hooks, retain_grad and captures (autograd.grad), then node pre-hooks."""
     hooks = plan.hooks
     if step.runs:  # a node that also runs hands autograd.grad its gradient before the hooks
         for slot, k in step.captures:
             results[k] = grads[slot]
-    position = plan.first_object + (0 if plan.kind is TRACED or not step.runs else 1)
-    for slot, tensor_hooks in hooks.tensor:
-        hook_nodes = [builder.object(position + i) for i in range(len(tensor_hooks))]
-        position += len(tensor_hooks)
+    for (slot, _), index in zip(hooks.tensor, where.tensor):
         if grads[slot] is not None:
             out = _like(builder, [grads[slot]])[0]
-            builder.call(calls.tensor_hooks, (hook_nodes, grads[slot]), out)
+            builder.call(calls.tensor_hooks, (builder.object(index), grads[slot]), out)
             grads[slot] = out
-    for slot, _ in hooks.retain:
-        builder.call(calls.retain_grad, (builder.object(position), grads[slot]))
-        position += 1
+    for (slot, _), index in zip(hooks.retain, where.retain):
+        builder.call(calls.retain_grad, (builder.object(index), grads[slot]))
     if not step.runs:
         for slot, k in step.captures:
             results[k] = grads[slot]
         return grads
-    if hooks.pre:
-        hook_nodes = [builder.object(position + i) for i in range(len(hooks.pre))]
+    if where.pre is not None:
         out = _like(builder, grads)
-        builder.call(calls.pre_hooks, (hook_nodes, grads), out)
+        builder.call(calls.pre_hooks, (builder.object(where.pre), grads), out)
         grads = out
     return grads
-
-
-def _hook_position(plan: StepPlan, kind_count: int) -> int:
-    hooks = plan.hooks
-    start = plan.first_object + (0 if plan.kind is TRACED else 1)
-    return start + sum(len(h) for _, h in hooks.tensor) + len(hooks.retain) + kind_count
 
 
 def _output_fakes(builder: _Builder, walk: Walk, step) -> list:
@@ -155,33 +165,60 @@ def _output_fakes(builder: _Builder, walk: Walk, step) -> list:
     return out
 
 
-def _run_node(builder: _Builder, walk: Walk, plan: StepPlan, step, grads: list, fakes: list) -> list:
+def _run_node(builder: _Builder, walk: Walk, plan: StepPlan, step, where: _Objects, grads: list,
+              fakes: list) -> list:
     node = step.node
     if plan.kind is TRACED:
         for slot, fake in zip(plan.saved, fakes):
-            slot.fake = fake
+            if slot is not None:
+                slot.fake = fake
         try:
             with builder.recording():
                 outputs = calls.as_list(node(*grads))
         finally:
             for slot in plan.saved:
-                slot.fake = None
+                if slot is not None:
+                    slot.fake = None
         return outputs
     if plan.kind is ACCUMULATE:
-        hooks = plan.hooks
-        leaf = builder.object(plan.first_object)
-        post = [builder.object(_hook_position(plan, len(hooks.pre) + len(hooks.post)) + i)
-                for i in range(len(hooks.post_accumulate))]
+        post = None if where.post_accumulate is None else builder.object(where.post_accumulate)
         may_steal = grads[0] is not None and _is_graph_temporary(builder, grads[0])
-        builder.call(calls.accumulate_grad, (leaf, grads[0], may_steal, post))
+        builder.call(calls.accumulate_grad, (builder.object(where.node), grads[0], may_steal, post))
         return []
+    if plan.kind is AOTGRAD:
+        return _aotgrad_backward(builder, node, grads, fakes)
     out = _output_fakes(builder, walk, step)
     if plan.kind is CUSTOM:
         positions = tensor_positions(node) or tuple(range(len(node.next_functions)))
-        builder.call(calls.custom_backward, (builder.object(plan.first_object), fakes, grads, positions), out)
+        builder.call(calls.custom_backward, (builder.object(where.node), fakes, grads, positions), out)
     else:
-        builder.call(calls.run_node, (builder.object(plan.first_object), grads), out)
+        builder.call(calls.run_node, (builder.object(where.node), grads), out)
     return out
+
+
+def _aotgrad_backward(builder: _Builder, ctx, grads: list, saved: list) -> list:
+    """aotgrad's own compiled function: its backward graph's aten ops, run on the fakes as
+    `CompiledFunction.backward` runs the compiled graph (missing tangents: the variant without
+    them, or zeros; tangents in the layout the graph was traced with). One result per tensor
+    argument of the function (its first argument, the plan, is not one)."""
+    from aotgrad.partition.absent_tangents import without_tangents
+    from aotgrad.runtime.function import _coerce_tangent
+    plan = ctx.plan
+    absent = tuple(k for k, j in enumerate(plan.tangent_sources) if grads[j] is None)
+    gm = plan.backward_graph
+    if absent:
+        variant = without_tangents(gm, set(absent))
+        gm, absent = (variant, absent) if variant is not None else (gm, ())
+    with builder.recording():
+        tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
+                    for k, (j, stride) in enumerate(zip(plan.tangent_sources, plan.tangent_strides))
+                    if k not in absent]
+        results = fx.Interpreter(gm).run(*saved, *ctx.saved_sizes, *tangents)
+    input_grads = [None] * plan.num_inputs
+    for k, i in enumerate(plan.grad_inputs):
+        input_grads[i] = results[k]
+    positions = tensor_positions(ctx) or range(1, len(ctx.next_functions) + 1)  # after the plan
+    return [input_grads[p - 1] for p in positions]
 
 
 def _is_graph_temporary(builder: _Builder, grad: torch.Tensor) -> bool:
@@ -190,7 +227,8 @@ def _is_graph_temporary(builder: _Builder, grad: torch.Tensor) -> bool:
     return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
 
 
-def _send(builder: _Builder, walk: Walk, step, plan: StepPlan, outputs: list, buffers: list) -> None:
+def _send(builder: _Builder, walk: Walk, step, plan: StepPlan, outputs: list, buffers: list,
+          incoming: dict) -> None:
     """Each result down its edge, checked as the engine checks it, summed where paths meet."""
     name = step.node.name()
     for i, (edge, grad) in enumerate(zip(step.edges, outputs)):
@@ -198,12 +236,15 @@ def _send(builder: _Builder, walk: Walk, step, plan: StepPlan, outputs: list, bu
             continue
         target, slot = edge
         meta = walk.steps[target].node._input_metadata[slot]
-        if plan.kind is TRACED:
+        if plan.kind is TRACED or plan.kind is AOTGRAD:  # traced ops: the check is traced too
             with builder.recording():
                 grad = calls.check_grad(name, i, grad, meta.shape, meta.dtype)
         else:
             out = builder.empty(meta.shape, meta.dtype, meta.device)
-            builder.call(calls.expect_grad, (name, i, grad, tuple(meta.shape), meta.dtype), out)
+            # straight into `.grad` with nothing else summed there: None may come (nothing accumulates)
+            may_be_none = walk.steps[target].node.name() == "torch::autograd::AccumulateGrad" and \
+                incoming[edge] == 1 and not plan.hooks.post
+            builder.call(calls.expect_grad, (name, i, grad, tuple(meta.shape), meta.dtype, may_be_none), out)
             grad = out
         buffer = buffers[target]
         if buffer[slot] is None:
@@ -235,19 +276,24 @@ def capture(walk: Walk, collected: Collected) -> fx.GraphModule:
                 with builder.recording():
                     buffers[target][slot] = buffers[target][slot] + fakes[k]
     results: list = [None] * walk.num_results
+    incoming: dict = {}
+    for step in walk.steps:
+        for edge in step.edges:
+            if edge is not None:
+                incoming[edge] = incoming.get(edge, 0) + 1
     for step, plan, buffer in zip(walk.steps, collected.plans, buffers):
         last = builder.graph._root.prev
-        grads = _before_node(builder, plan, step, list(buffer), collected.objects, results)
+        where = _Objects(plan, step.runs)
+        grads = _before_node(builder, plan, step, where, list(buffer), results)
         if step.runs:
-            saved = fakes[plan.first_input:plan.first_input + len(plan.saved)]
-            outputs = _run_node(builder, walk, plan, step, grads, saved)
-            if plan.hooks.post:
-                hook_nodes = [builder.object(_hook_position(plan, len(plan.hooks.pre)) + i)
-                              for i in range(len(plan.hooks.post))]
+            lifted = iter(fakes[plan.first_input:])
+            saved = [None if slot is None else next(lifted) for slot in plan.saved]
+            outputs = _run_node(builder, walk, plan, step, where, grads, saved)
+            if where.post is not None:
                 out = _like(builder, outputs)
-                builder.call(calls.post_hooks, (hook_nodes, outputs, grads), out)
+                builder.call(calls.post_hooks, (builder.object(where.post), outputs, grads), out)
                 outputs = out
-            _send(builder, walk, step, plan, outputs, buffers)
+            _send(builder, walk, step, plan, outputs, buffers, incoming)
         _label(builder.graph, last, plan.label)
     builder.graph.output(tuple(builder.arg(r) if r is not None else None for r in results))
     root = torch.nn.Module()

@@ -12,15 +12,21 @@ from dataclasses import dataclass
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import tensor_positions
-from aotgrad.compiled_autograd.saved import Slot, layout_of, saved_values, take, take_tensors
+from aotgrad.compiled_autograd.saved import EagerFallback, Slot, layout_of, saved_values, take, take_tensors
 from aotgrad.compiled_autograd.walk import Walk
+from aotgrad.runtime.function import CompiledFunction
 
 ACCUMULATE = "accumulate"   # AccumulateGrad: into `.grad`, then post-accumulate hooks
 TRACED = "traced"           # a built-in C++ node: its aten ops go into the graph
 CUSTOM = "custom"           # a Python autograd.Function: its backward is called from the graph
+AOTGRAD = "aotgrad"         # aotgrad's own compiled function: its backward graph goes into the graph
 OPAQUE = "opaque"           # any other node (CopySlices, C++ custom Functions): called as is
 
 _kinds: dict[type, str] = {}
+
+# Built-in nodes whose formula reads tensor values (prod's test for zeros): traced on fake
+# tensors they take their data-free path, equal in value but not bitwise, so they run as is.
+RUN_AS_IS = {"ProdBackward0", "ProdBackward1", "CumprodBackward0"}
 
 
 def kind_of(node) -> str:
@@ -28,11 +34,11 @@ def kind_of(node) -> str:
     kind = _kinds.get(node_type)
     if kind is None:
         name = node.name()
-        if hasattr(node, "_forward_cls"):
-            return CUSTOM  # classes made on the fly would fill a table
+        if hasattr(node, "_forward_cls"):  # (not in the table: classes made on the fly would fill it)
+            return AOTGRAD if node._forward_cls is CompiledFunction else CUSTOM
         elif name == "torch::autograd::AccumulateGrad":
             kind = ACCUMULATE
-        elif "::" in name:
+        elif "::" in name or name in RUN_AS_IS:
             kind = OPAQUE
         else:
             kind = TRACED
@@ -40,15 +46,12 @@ def kind_of(node) -> str:
     return kind
 
 
-class EagerFallback(Exception):
-    """This backward cannot be captured; the eager engine runs it (the reason is logged)."""
-
-
 @dataclass
 class StepPlan:
     kind: str
     hooks: hook_lookup.NodeHooks
-    saved: list            # slots lifted into the graph's inputs, in order
+    saved: list            # the node's saved tensors in order (None: nothing saved there); the
+                           # others are lifted into the graph's inputs from `first_input` on
     first_input: int       # index of the first of them in `inputs`
     first_object: int      # index of this step's first object (leaf/ctx/node, then hooks)
     label: str             # "<name> (NodeCall k)"
@@ -69,11 +72,37 @@ def tensor_meta(t) -> tuple | None:
     return (t.dtype, t.device, tuple(t.shape), t.stride())
 
 
+class _Same:
+    """Compares by identity (and keeps the object alive): the key of an unhashable object."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+
 def _step_key(step, kind: str, node, hooks: hook_lookup.NodeHooks, saved: list, values: tuple) -> tuple:
-    node_class = node._forward_cls if kind is CUSTOM else type(node)
+    node_class = node._forward_cls if kind is CUSTOM else _Same(node.plan) if kind is AOTGRAD else type(node)
     metadata = tuple((tuple(m.shape), m.dtype) for m in node._input_metadata)
     return (node_class, step.runs, tuple(step.edges), tuple(step.captures), hooks.shape(), values,
             tuple(None if s is None else tensor_meta(s.value) for s in saved), metadata)
+
+
+def _take_ctx_tensors(ctx) -> list:
+    """A custom Function's saved tensors (unpacked once through ctx: autograd's checks)."""
+    raws = ctx._raw_saved_tensors
+    values: list = []
+
+    def unpack(i: int):
+        if not values:
+            values.extend(ctx.saved_tensors)
+        return values[i]
+    return [take(raw, lambda i=i: unpack(i)) for i, raw in enumerate(raws)]
 
 
 def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
@@ -89,6 +118,8 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         kind = kind_of(node)
         leaf = node.variable if kind is ACCUMULATE else None
         node_hooks = hook_lookup.hooks_of(node, leaf, probe, retaining)
+        if node_hooks.needs_engine():
+            raise EagerFallback(node_hooks.needs_engine())
         first_input, first_object = len(inputs), len(objects)
         saved: list = []
         values: tuple = ()
@@ -97,12 +128,14 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
                 layout = layout_of(type(node))
                 saved = take_tensors(node, layout.tensors)
                 values = saved_values(node, layout.values)
+            elif kind is AOTGRAD:
+                saved = _take_ctx_tensors(node)
+                values = tuple(node.saved_sizes)
             elif kind is CUSTOM:
                 if len(node.next_functions) != len(node.needs_input_grad) and tensor_positions(node) is None:
                     raise EagerFallback(f"custom Function {node.name()} has non-tensor inputs and was applied "
                                         "before aotgrad was imported: which results go to which input is unknown")
-                node.saved_tensors  # autograd's check that none was modified in place
-                saved = [take(raw) for raw in node._raw_saved_tensors]
+                saved = _take_ctx_tensors(node)
                 objects.append(node)
             elif kind is ACCUMULATE:
                 objects.append(leaf)
@@ -112,7 +145,7 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         slots.extend(lifted)
         inputs.extend(s.value for s in lifted)
         objects.extend(node_hooks.callables())
-        plans.append(StepPlan(kind, node_hooks, lifted, first_input, first_object, f"{node.name()} (NodeCall {index})"))
+        plans.append(StepPlan(kind, node_hooks, saved, first_input, first_object, f"{node.name()} (NodeCall {index})"))
         key.append(_step_key(step, kind, node, node_hooks, saved, values))
     return Collected(plans, inputs, objects, slots, tuple(key))
 

@@ -91,6 +91,8 @@ def _eager_reason(tensors, grad_tensors, create_graph, inputs) -> str | None:
     """Why PyTorch's engine must run this call (it also raises the argument errors)."""
     if create_graph:
         return "create_graph=True (a differentiable backward) is run by the eager engine"
+    if torch.is_anomaly_enabled():
+        return "anomaly detection (torch.autograd.detect_anomaly) checks every node's results in the eager engine"
     if not all(_requires_grad(t) for t in tensors) or not all(_requires_grad(t) for t in inputs):
         return "a tensor that does not require grad (the eager engine raises its error)"
     if any(g is None for t, g in zip(tensors, grad_tensors)):
@@ -131,9 +133,10 @@ class CompiledAutograd:
             compiled = self._capture_and_compile(graph, collected)
         results = self._call(compiled, collected, keep_graph)
         if not accumulate_grad:
-            if not allow_unreachable and any(r is None for r in results):
-                raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
-                                   "Set allow_unused=True if this is the desired behavior.")
+            unused = [i for i, r in enumerate(results) if r is None]
+            if unused and not allow_unreachable:
+                raise RuntimeError(f"The differentiated Tensor at index {unused[0]} appears to not have been used "
+                                   "in the graph. Set allow_unused=True if this is the desired behavior.")
             return tuple(results)
         return ()
 

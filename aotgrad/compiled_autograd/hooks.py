@@ -25,6 +25,7 @@ _state = threading.local()
 _node_hook_dicts: list = []   # weakrefs to every node hook dict ever made (pruned as they die)
 _retaining: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
 _installed = False
+_AUTOGRAD_GRAPH_FILE = torch.autograd.graph.__file__
 
 
 class _TensorHooks:
@@ -170,23 +171,35 @@ def _node_dict(register) -> OrderedDict | None:
 class NodeHooks:
     """The hooks the engine calls around one node, in its order: tensor hooks per input slot,
     then retain_grad, then node pre-hooks; the node; post-hooks (AccumulateGrad: its
-    post-accumulate hooks run inside the node)."""
-    tensor: list = field(default_factory=list)      # (input slot, [hook, ...])
+    post-accumulate hooks run inside the node). Hooks are held as the live dicts they are
+    registered in, read when they run, as the engine reads them: a hook removed before its
+    node runs does not run."""
+    tensor: list = field(default_factory=list)      # (input slot, hook dict)
     retain: list = field(default_factory=list)      # (input slot, tensor)
-    pre: list = field(default_factory=list)
-    post: list = field(default_factory=list)
-    post_accumulate: list = field(default_factory=list)
+    pre: OrderedDict | None = None
+    post: OrderedDict | None = None
+    post_accumulate: OrderedDict | None = None
 
     def shape(self) -> tuple:
-        """What the cache key sees: how many hooks of each kind, where (not which functions)."""
-        return (tuple((slot, len(h)) for slot, h in self.tensor), tuple(slot for slot, _ in self.retain),
-                len(self.pre), len(self.post), len(self.post_accumulate))
+        """What the cache key sees: which kinds of hooks are where (not which functions)."""
+        return (tuple(slot for slot, _ in self.tensor), tuple(slot for slot, _ in self.retain),
+                self.pre is not None, self.post is not None, self.post_accumulate is not None)
 
     def callables(self) -> list:
-        """Every hook function, in the order `shape` counts them (passed to the graph per call)."""
-        out = [h for _, hs in self.tensor for h in hs]
-        out += [t for _, t in self.retain]
-        return out + self.pre + self.post + self.post_accumulate
+        """The objects the graph gets per call, in the order `shape` lists them."""
+        out: list = [hooks for _, hooks in self.tensor] + [t for _, t in self.retain]
+        return out + [d for d in (self.pre, self.post, self.post_accumulate) if d is not None]
+
+    def needs_engine(self) -> str | None:
+        """A hook that only works inside PyTorch's engine (it reads the engine's graph task)."""
+        dicts = [hooks for _, hooks in self.tensor] + [d for d in (self.pre, self.post) if d is not None]
+        for hooks in dicts:
+            for hook in hooks.values():
+                code = getattr(hook, "__code__", None)
+                if code is not None and code.co_filename == _AUTOGRAD_GRAPH_FILE:
+                    return ("a hook made by torch.autograd.graph (register_multi_grad_hook) reads the eager "
+                            "engine's graph task")
+        return None
 
 
 _NO_HOOKS = NodeHooks()
@@ -204,26 +217,21 @@ def retaining_by_node() -> dict:
 def hooks_of(node, leaf, probe: bool, retaining: dict) -> NodeHooks:
     """The hooks of one node (`leaf` is the tensor of an AccumulateGrad node, else None)."""
     tensor: list = []
-    pre: list = []
-    post: list = []
+    pre = post = post_accumulate = None
     if probe:
         pre_dict = _node_dict(node.register_prehook)
         if pre_dict:
             for hook in pre_dict.values():
                 if isinstance(hook, _TensorHooks):
                     if hook.hooks:
-                        tensor.append((hook.output_nr, list(hook.hooks.values())))
+                        tensor.append((hook.output_nr, hook.hooks))
                 else:
-                    pre.append(hook)
-        post_dict = _node_dict(node.register_hook)
-        if post_dict:
-            post = list(post_dict.values())
-    post_accumulate: list = []
+                    pre = pre_dict
+        post = _node_dict(node.register_hook)
     if leaf is not None:
         if leaf._backward_hooks:
-            tensor.append((0, list(leaf._backward_hooks.values())))
-        if leaf._post_accumulate_grad_hooks:
-            post_accumulate = list(leaf._post_accumulate_grad_hooks.values())
+            tensor.append((0, leaf._backward_hooks))
+        post_accumulate = leaf._post_accumulate_grad_hooks or None
     retain = retaining.get(node, [])
     if not (tensor or pre or post or post_accumulate or retain):
         return _NO_HOOKS

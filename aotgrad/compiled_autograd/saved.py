@@ -21,6 +21,10 @@ FREED_MESSAGE = (
 )
 
 
+class EagerFallback(Exception):
+    """This backward cannot be captured; the eager engine runs it (the reason is logged)."""
+
+
 class Slot:
     """A saved tensor aotgrad holds for a node: `value` (None once freed), `fake` while tracing,
     `version`: the value's version when taken (registered hooks skip autograd's own check that a
@@ -61,27 +65,34 @@ def _unpack(slot: Slot) -> torch.Tensor:
     return slot.value
 
 
-def take(raw) -> Slot | None:
+def _packed_by_user(raw, packed) -> bool:
+    """Did the user's saved_tensors_hooks pack this saved tensor?"""
+    if raw.unpack_hook is None:
+        return False
+    if type(packed).__module__ == "torch.utils.checkpoint":
+        raise EagerFallback("torch.utils.checkpoint recomputes saved tensors inside the eager engine's "
+                            "graph task")
+    return True
+
+
+def take(raw, unpack) -> Slot | None:
     """The slot of one SavedTensor (registering aotgrad's pack/unpack pair the first time).
-    The caller has unpacked it through its node once, which runs autograd's version check."""
+    `unpack()` reads it through its node, which runs autograd's version check (and the
+    user's unpack hook, whose result is then kept as is: aotgrad cannot free it early)."""
     if raw is None:
         return None
-    try:
-        raw.register_hooks(_pack, _unpack)
-    except RuntimeError:
-        held = raw.data  # hooks already set: aotgrad's own (retain_graph earlier) or the user's
-        if isinstance(held, Slot):
-            if held.freed:
-                raise RuntimeError(FREED_MESSAGE) from None
-            held.check_version()
-            return held
-        try:
-            value = raw.unpack()
-        except RuntimeError as e:
-            if "None is forbidden" in str(e) or "undefined" in str(e):
-                return None
-            raise
+    packed = raw.data
+    if isinstance(packed, Slot):  # taken by an earlier backward with retain_graph
+        if packed.freed:
+            raise RuntimeError(FREED_MESSAGE)
+        packed.check_version()
+        return packed
+    if _packed_by_user(raw, packed):
+        value = unpack()
         return Slot(value, owned=False) if value is not None else None
+    if unpack() is None:
+        return None
+    raw.register_hooks(_pack, _unpack)
     return raw.data
 
 
@@ -112,12 +123,12 @@ def take_tensors(node, attrs: tuple) -> list[Slot | None]:
     each first read through the node (`_saved_*`: autograd's in-place modification check)."""
     slots: list = []
     for attr in attrs:
-        getattr(node, "_saved_" + attr[len("_raw_saved_"):])
         raw = getattr(node, attr)
+        name = "_saved_" + attr[len("_raw_saved_"):]
         if isinstance(raw, (list, tuple)):
-            slots.extend(take(r) for r in raw)
+            slots.extend(take(r, lambda i=i: getattr(node, name)[i]) for i, r in enumerate(raw))
         else:
-            slots.append(take(raw))
+            slots.append(take(raw, lambda: getattr(node, name)))
     return slots
 
 

@@ -225,10 +225,22 @@ class ReturnsNone(torch.autograd.Function):
         return (None if ctx.flag else g), None
 
 
+def test_returning_none_into_dot_grad_accumulates_nothing_as_in_eager():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        (ReturnsNone.apply(x, False) * 2).sum().backward()
+        first = x.grad.clone()
+        x.grad = None
+        (ReturnsNone.apply(x, True) * 2).sum().backward()
+        return [first, x.grad]
+
+    assert check(fn, captures=1)[1] is None
+
+
 def test_returning_none_where_the_capture_got_a_gradient_is_a_clear_error():
     compiled_autograd.reset()
     x = torch.randn(3, requires_grad=True)
     with compiled_autograd.enable(nop_compiler):
-        (ReturnsNone.apply(x, False) * 2).sum().backward()
+        (ReturnsNone.apply(x * 1, False) * 2).sum().backward()  # the gradient flows on into MulBackward0
         with pytest.raises(aotgrad.errors.UnsupportedError, match="returned no gradient"):
-            (ReturnsNone.apply(x, True) * 2).sum().backward()
+            (ReturnsNone.apply(x * 1, True) * 2).sum().backward()
