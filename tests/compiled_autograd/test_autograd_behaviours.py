@@ -31,10 +31,10 @@ from aotgrad import compiled_autograd
 # --------------------------------------------------------------------------- registry
 
 CASES: dict[str, Callable[[], list]] = {}
-EAGER_BY_DESIGN: dict[str, str] = {}
+EAGER_BY_DESIGN: dict[str, str] = {}  # case -> why its backward may run on the eager engine
 ENGINE_GRAPH_TASK = "register_multi_grad_hook reads the eager engine's graph task: runs eagerly by design"
 CHECKPOINT = "torch.utils.checkpoint recomputes inside the eager engine's graph task: runs eagerly by design"
-ANOMALY = "anomaly detection checks every node in the eager engine: runs eagerly by design"  # case -> why its backward may run on the eager engine
+ANOMALY = "anomaly detection checks every node in the eager engine: runs eagerly by design"
 
 # Real differences between eager and compiled autograd, name -> the observed difference.
 KNOWN_DIFFERENT: dict[str, str] = {}
@@ -2350,8 +2350,8 @@ def run_case(name: str) -> Outcome:
         compiled = _run(fn)
     counts = dict(aotgrad.counters["compiled_autograd"])
     compiled_autograd.reset()
-    return Outcome(eager, compiled, deterministic, _same(eager, compiled), counts["captures"], counts["eager_fallbacks"],
-                   time.perf_counter() - start)
+    return Outcome(eager, compiled, deterministic, _same(eager, compiled), counts["captures"],
+                   counts["eager_fallbacks"], time.perf_counter() - start)
 
 
 _outcomes: dict[str, Outcome] = {}
