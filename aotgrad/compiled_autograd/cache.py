@@ -1,53 +1,97 @@
 """Captured graphs by key, the counters, and why a lookup missed.
 
-In: a `compiler_fn` and a key from `collect`. Out: the compiled graph stored under them, or
-None. `counters` is `aotgrad.counters["compiled_autograd"]`: captures (cache misses), compiles
-(`compiler_fn` calls), eager_fallbacks (calls PyTorch's engine ran instead).
+In: a `compiler_fn`, a structure and its sizes from `collect`. Out: the entry whose graph
+serves them: same structure, same sizes where the graph has none, and the graph's guards
+hold where it has symbols. On a miss, `plan_capture` says which sizes the new graph makes
+symbols: those that already were, and those that changed since the last graph of this
+structure (the others stay as they are). `counters` is
+`aotgrad.counters["compiled_autograd"]`: captures (cache misses), compiles (`compiler_fn`
+calls), eager_fallbacks (backward calls PyTorch's engine ran instead).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 counters: dict[str, int] = {"captures": 0, "compiles": 0, "eager_fallbacks": 0}
-_graphs: dict[tuple, Any] = {}
+_graphs: dict[tuple, list["Entry"]] = {}   # (compiler id, structure) -> entries, newest first
+_compilers: dict[int, Callable] = {}        # kept alive: their ids stay theirs
 
-_HEADER = 4  # key entries before the first step's (see collect.collect)
+_HEADER = 4  # structure entries before the first step's (see collect.collect)
+
+
+@dataclass
+class Entry:
+    compiled: Any
+    sizes: list[int]        # the sizes it was captured with
+    dynamic: frozenset      # positions that are symbols in it
+    guards: Any             # dynamic.Guards, or None for a graph without symbols
+
+    def serves(self, sizes: list[int]) -> bool:
+        dynamic = self.dynamic
+        if len(sizes) != len(self.sizes):
+            return False
+        for i, (a, b) in enumerate(zip(sizes, self.sizes)):
+            if a != b and i not in dynamic:
+                return False
+        return self.guards is None or self.guards.hold(sizes)
 
 
 def count(name: str) -> None:
     counters[name] = counters.get(name, 0) + 1
 
 
-def lookup(compiler_fn: Callable, key: tuple):
-    entry = _graphs.get((id(compiler_fn), key))
-    return None if entry is None else entry[1]
+def lookup(compiler_fn: Callable, structure: tuple, sizes: list[int]) -> Entry | None:
+    for entry in _graphs.get((id(compiler_fn), structure), ()):
+        if entry.serves(sizes):
+            return entry
+    return None
 
 
-def store(compiler_fn: Callable, key: tuple, compiled) -> None:
-    _graphs[(id(compiler_fn), key)] = (compiler_fn, compiled)  # the function kept alive: its id stays its own
+def store(compiler_fn: Callable, structure: tuple, entry: Entry) -> None:
+    _compilers[id(compiler_fn)] = compiler_fn
+    _graphs.setdefault((id(compiler_fn), structure), []).insert(0, entry)
 
 
-def miss_reason(compiler_fn: Callable, key: tuple, plans: list) -> str:
-    """Which node makes this key new, against the stored key that agrees longest with it."""
+def plan_capture(compiler_fn: Callable, structure: tuple, sizes, plans: list) -> tuple[frozenset, list[str]]:
+    """The dynamic positions of the graph to capture for this miss, and why it missed."""
+    entries = _graphs.get((id(compiler_fn), structure))
+    if not entries:
+        return frozenset(), [_new_node_reason(compiler_fn, structure, plans)]
+    last = entries[0]
+    changed = [i for i, (a, b) in enumerate(zip(sizes.values, last.sizes)) if a != b]
+    new = [i for i in changed if i not in last.dynamic and sizes.capable[i] and sizes.values[i] >= 2
+           and last.sizes[i] >= 2]
+    dynamic = frozenset(i for i in last.dynamic | set(new) if sizes.values[i] >= 2)
+    reasons = [f"changed shapes: marking size idx {i} of {_owner(plans, sizes.owners[i])} as dynamic" for i in new]
+    reasons += [f"changed shapes: size idx {i} of {_owner(plans, sizes.owners[i])} stays static "
+                f"({'0 or 1' if sizes.values[i] < 2 else 'its node reads it as a constant'})"
+                for i in changed if i not in last.dynamic and i not in new]
+    return dynamic, reasons
+
+
+def _owner(plans: list, owner: int) -> str:
+    return "torch::autograd::GraphRoot (NodeCall 0)" if owner == 0 else plans[owner - 1].label
+
+
+def _new_node_reason(compiler_fn: Callable, structure: tuple, plans: list) -> str:
+    """Which node makes this structure new, against the stored one that agrees longest with it."""
     previous = [k for (fn_id, k) in _graphs if fn_id == id(compiler_fn)]
-    best, best_len = None, -1
+    best_len = -1
     for other in previous:
         n = 0
-        for a, b in zip(key, other):
+        for a, b in zip(structure, other):
             if a != b:
                 break
             n += 1
-        if n > best_len:
-            best, best_len = other, n
+        best_len = max(best_len, n)
     sizes = sorted(len(k) for k in previous)
-    if best is None or best_len < _HEADER:
-        label = "torch::autograd::GraphRoot (NodeCall 0)"
-    else:
-        label = plans[min(best_len - _HEADER, len(plans) - 1)].label
-    return f"new autograd node: {label} with key size {len(key)}, previous key sizes={sizes}"
+    owner = 0 if best_len < _HEADER else min(best_len - _HEADER, len(plans) - 1) + 1
+    return f"new autograd node: {_owner(plans, owner)} with key size {len(structure)}, previous key sizes={sizes}"
 
 
 def reset() -> None:
     _graphs.clear()
+    _compilers.clear()
     for name in counters:
         counters[name] = 0

@@ -16,25 +16,27 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd.hooks import tensor_positions
 from aotgrad.compiled_autograd.collect import ACCUMULATE, AOTGRAD, CUSTOM, TRACED, Collected, StepPlan
+from aotgrad.compiled_autograd.dynamic import FORMULAS, Symbols
 from aotgrad.compiled_autograd.walk import Walk
 from aotgrad.trace import GraphRecorder
 
 
 class _Builder:
-    """The recorder plus the graph's two list inputs; calls out of the graph are added here."""
+    """The recorder plus the graph's list inputs; calls out of the graph are added here."""
 
-    def __init__(self, fake_mode: FakeTensorMode):
-        self.fake_mode = fake_mode
-        self.recorder = GraphRecorder(fake_mode)
+    def __init__(self, symbols: Symbols):
+        self.symbols = symbols
+        self.fake_mode = symbols.fake_mode
+        self.recorder = GraphRecorder(self.fake_mode)
         self.recorder.in_backward = True
         self.graph = self.recorder.graph
         self.inputs = self.graph.placeholder("inputs")
+        self.sizes = self.graph.placeholder("sizes")
         self.objects = self.graph.placeholder("objects")
         self._object_nodes: dict[int, fx.Node] = {}
 
@@ -49,13 +51,26 @@ class _Builder:
         with _disable_current_modes(), self.fake_mode:
             return torch.empty(shape, dtype=dtype, device=device)
 
-    def input(self, index: int, value: torch.Tensor) -> torch.Tensor:
-        fake = self.fake(value)
+    def input(self, index: int, value: torch.Tensor, start: int) -> torch.Tensor:
+        with _disable_current_modes():
+            fake = self.symbols.fake(value, start, f"inputs_{index}")
         node = self.graph.call_function(operator.getitem, (self.inputs, index))
         node.meta["val"] = fake
         self.recorder.bind(fake, node)
         self.recorder.symbolic.bind_input(node, fake)
         return fake
+
+    def bind_sizes(self) -> None:
+        """Symbols no tensor input carries are read from the `sizes` input."""
+        for i in sorted(self.symbols.dynamic):
+            value = self.symbols.size(i)
+            if value.node.expr not in self.recorder.symbolic.sources:
+                node = self.graph.call_function(operator.getitem, (self.sizes, i))
+                node.meta["val"] = value
+                self.recorder.symbolic.bind_input(node, value)
+
+    def meta_shape(self, plan: StepPlan, slot: int, meta) -> tuple:
+        return self.symbols.shape(plan.meta_dims[slot], len(meta.shape))
 
     def object(self, index: int) -> fx.Node:
         node = self._object_nodes.get(index)
@@ -64,7 +79,7 @@ class _Builder:
         return node
 
     def arg(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, (torch.Tensor, torch.SymInt)):
             return self.recorder.node_of(value)
         if isinstance(value, (list, tuple)):
             return type(value)(self.arg(v) for v in value)
@@ -153,7 +168,7 @@ def _before_node(builder: _Builder, plan: StepPlan, step, where: _Objects, grads
     return grads
 
 
-def _output_fakes(builder: _Builder, walk: Walk, step) -> list:
+def _output_fakes(builder: _Builder, walk: Walk, plans: list, step) -> list:
     """Fakes for a node's results, from the input metadata of the node each one flows to."""
     out = []
     for edge in step.edges:
@@ -161,20 +176,37 @@ def _output_fakes(builder: _Builder, walk: Walk, step) -> list:
             out.append(None)
         else:
             meta = walk.steps[edge[0]].node._input_metadata[edge[1]]
-            out.append(builder.empty(meta.shape, meta.dtype, meta.device))
+            out.append(builder.empty(builder.meta_shape(plans[edge[0]], edge[1], meta), meta.dtype, meta.device))
     return out
 
 
-def _run_node(builder: _Builder, walk: Walk, plan: StepPlan, step, where: _Objects, grads: list,
+def _symbolic_values(builder: _Builder, plan: StepPlan) -> dict | None:
+    """A built-in node's saved sizes as the graph's symbols, if any of them is one."""
+    dynamic = builder.symbols.dynamic
+    if not any(i in dynamic for start, n, _ in plan.value_dims.values() for i in range(start, start + n)):
+        return None
+    values = {}
+    for attr, (start, n, is_list) in plan.value_dims.items():
+        shape = builder.symbols.shape(start, n)
+        values[attr] = list(shape) if is_list else shape[0]
+    return values
+
+
+def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, where: _Objects, grads: list,
               fakes: list) -> list:
     node = step.node
     if plan.kind is TRACED:
         for slot, fake in zip(plan.saved, fakes):
             if slot is not None:
                 slot.fake = fake
+        values = _symbolic_values(builder, plan)
+        formula = FORMULAS.get(node.name()) if values is not None else None
         try:
             with builder.recording():
-                outputs = calls.as_list(node(*grads))
+                if formula is not None:  # the node's own formula, fed the symbols
+                    outputs = formula[1](node, grads, values)
+                else:
+                    outputs = calls.as_list(node(*grads))
         finally:
             for slot in plan.saved:
                 if slot is not None:
@@ -187,7 +219,7 @@ def _run_node(builder: _Builder, walk: Walk, plan: StepPlan, step, where: _Objec
         return []
     if plan.kind is AOTGRAD:
         return _aotgrad_backward(builder, node, grads, fakes)
-    out = _output_fakes(builder, walk, step)
+    out = _output_fakes(builder, walk, plans, step)
     if plan.kind is CUSTOM:
         positions = tensor_positions(node) or tuple(range(len(node.next_functions)))
         builder.call(calls.custom_backward, (builder.object(where.node), fakes, grads, positions), out)
@@ -227,7 +259,7 @@ def _is_graph_temporary(builder: _Builder, grad: torch.Tensor) -> bool:
     return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
 
 
-def _send(builder: _Builder, walk: Walk, step, plan: StepPlan, outputs: list, buffers: list,
+def _send(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outputs: list, buffers: list,
           incoming: dict) -> None:
     """Each result down its edge, checked as the engine checks it, summed where paths meet."""
     name = step.node.name()
@@ -236,15 +268,16 @@ def _send(builder: _Builder, walk: Walk, step, plan: StepPlan, outputs: list, bu
             continue
         target, slot = edge
         meta = walk.steps[target].node._input_metadata[slot]
+        shape = builder.meta_shape(plans[target], slot, meta)
         if plan.kind is TRACED or plan.kind is AOTGRAD:  # traced ops: the check is traced too
             with builder.recording():
-                grad = calls.check_grad(name, i, grad, meta.shape, meta.dtype)
+                grad = calls.check_grad(name, i, grad, shape, meta.dtype)
         else:
-            out = builder.empty(meta.shape, meta.dtype, meta.device)
+            out = builder.empty(shape, meta.dtype, meta.device)
             # straight into `.grad` with nothing else summed there: None may come (nothing accumulates)
             may_be_none = walk.steps[target].node.name() == "torch::autograd::AccumulateGrad" and \
                 incoming[edge] == 1 and not plan.hooks.post
-            builder.call(calls.expect_grad, (name, i, grad, tuple(meta.shape), meta.dtype, may_be_none), out)
+            builder.call(calls.expect_grad, (name, i, grad, shape, meta.dtype, may_be_none), out)
             grad = out
         buffer = buffers[target]
         if buffer[slot] is None:
@@ -261,11 +294,15 @@ def _label(graph: fx.Graph, after: fx.Node, label: str) -> None:
         node = node.next
 
 
-def capture(walk: Walk, collected: Collected) -> fx.GraphModule:
-    """The whole backward as one graph (see the module docstring)."""
-    builder = _Builder(FakeTensorMode(allow_non_fake_inputs=False))
-    fakes = [None if v is None else builder.input(i, v) for i, v in enumerate(collected.inputs)]
+def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) -> tuple[fx.GraphModule, Any]:
+    """The whole backward as one graph (see the module docstring), with symbols at the
+    `dynamic` size positions; and the guards on them (None without symbols)."""
+    symbols = Symbols(collected.sizes.values, dynamic)
+    builder = _Builder(symbols)
+    fakes = [None if v is None else builder.input(i, v, collected.input_dims[i])
+             for i, v in enumerate(collected.inputs)]
     builder.graph.call_function(calls.clear, (builder.inputs,))
+    builder.bind_sizes()
     buffers = [[None] * step.num_inputs for step in walk.steps]
     for k, root in enumerate(walk.roots):
         if root is not None and fakes[k] is not None:
@@ -288,15 +325,19 @@ def capture(walk: Walk, collected: Collected) -> fx.GraphModule:
         if step.runs:
             lifted = iter(fakes[plan.first_input:])
             saved = [None if slot is None else next(lifted) for slot in plan.saved]
-            outputs = _run_node(builder, walk, plan, step, where, grads, saved)
+            outputs = _run_node(builder, walk, collected.plans, plan, step, where, grads, saved)
             if where.post is not None:
                 out = _like(builder, outputs)
                 builder.call(calls.post_hooks, (builder.object(where.post), outputs, grads), out)
                 outputs = out
-            _send(builder, walk, step, plan, outputs, buffers, incoming)
+            _send(builder, walk, collected.plans, step, plan, outputs, buffers, incoming)
         _label(builder.graph, last, plan.label)
     builder.graph.output(tuple(builder.arg(r) if r is not None else None for r in results))
+    for node in list(builder.sizes.users):  # sizes the graph did not read after all
+        if not node.users:
+            builder.graph.erase_node(node)
     root = torch.nn.Module()
     for name, value in builder.recorder.constants.items():
         setattr(root, name, value)
-    return fx.GraphModule(root, builder.graph, class_name="CompiledAutogradGraph")
+    gm = fx.GraphModule(root, builder.graph, class_name="CompiledAutogradGraph")
+    return gm, (symbols.guards() if dynamic else None)

@@ -8,11 +8,12 @@ hooks (how many, where; not which), saved non-tensor values and tensor metadata.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import tensor_positions
-from aotgrad.compiled_autograd.saved import EagerFallback, Slot, layout_of, saved_values, take, take_tensors
+from aotgrad.compiled_autograd.dynamic import SizeList, symbolic_attributes
+from aotgrad.compiled_autograd.saved import EagerFallback, Slot, hashable, layout_of, take, take_tensors
 from aotgrad.compiled_autograd.walk import Walk
 from aotgrad.runtime.function import CompiledFunction
 
@@ -55,6 +56,8 @@ class StepPlan:
     first_input: int       # index of the first of them in `inputs`
     first_object: int      # index of this step's first object (leaf/ctx/node, then hooks)
     label: str             # "<name> (NodeCall k)"
+    meta_dims: list = field(default_factory=list)   # per input slot: where its dims start in the sizes
+    value_dims: dict = field(default_factory=dict)  # saved size value -> (start, count, is a list)
 
 
 @dataclass
@@ -63,13 +66,9 @@ class Collected:
     inputs: list           # real tensors
     objects: list
     slots: list[Slot]      # every saved tensor taken over (released after the run)
-    key: tuple
-
-
-def tensor_meta(t) -> tuple | None:
-    if t is None:
-        return None
-    return (t.dtype, t.device, tuple(t.shape), t.stride())
+    structure: tuple       # the key, less its sizes
+    sizes: SizeList        # the key's sizes (dims, saved size values), each may become a symbol
+    input_dims: list[int]  # per input: where its dims start in `sizes`
 
 
 class _Same:
@@ -86,11 +85,40 @@ class _Same:
         return id(self.obj)
 
 
-def _step_key(step, kind: str, node, hooks: hook_lookup.NodeHooks, saved: list, values: tuple) -> tuple:
+def _step_key(step, index: int, kind: str, node, plan: StepPlan, values: tuple, sizes: SizeList,
+              input_dims: list) -> tuple:
+    """The structure of one step; its sizes go into `sizes` (and `plan`/`input_dims` say where)."""
     node_class = node._forward_cls if kind is CUSTOM else _Same(node.plan) if kind is AOTGRAD else type(node)
-    metadata = tuple((tuple(m.shape), m.dtype) for m in node._input_metadata)
-    return (node_class, step.runs, tuple(step.edges), tuple(step.captures), hooks.shape(), values,
-            tuple(None if s is None else tensor_meta(s.value) for s in saved), metadata)
+    saved = []
+    for slot in plan.saved:
+        if slot is not None:
+            meta, start = sizes.tensor(slot.value, index)
+            input_dims.append(start)
+            saved.append(meta)
+        else:
+            saved.append(None)
+    metadata = []
+    for m in node._input_metadata:
+        plan.meta_dims.append(sizes.add(m.shape, index))
+        metadata.append((len(m.shape), m.dtype))
+    return (node_class, step.runs, tuple(step.edges), tuple(step.captures), plan.hooks.shape(), values,
+            tuple(saved), tuple(metadata))
+
+
+def _traced_values(node, layout, index: int, plan: StepPlan, sizes: SizeList) -> tuple:
+    """A built-in node's saved non-tensor values: those it may read as symbols into `sizes`
+    (`plan.value_dims`), the rest into the structure."""
+    symbolic = symbolic_attributes(node.name())
+    values = []
+    for attr in layout.values:
+        value = getattr(node, attr)
+        if attr in symbolic and value is not None:
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            plan.value_dims[attr] = (sizes.add(items, index), len(items), isinstance(value, (list, tuple)))
+            values.append((attr, len(items)))
+        else:
+            values.append(hashable(value))
+    return tuple(values)
 
 
 def _take_ctx_tensors(ctx) -> list:
@@ -112,7 +140,14 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
     objects: list = []
     slots: list = []
     plans: list = []
-    key: list = [accumulate_grad, walk.num_results, tuple(walk.roots), tuple(tensor_meta(g) for g in root_grads)]
+    sizes = SizeList()
+    input_dims: list = []
+    roots = []
+    for g in root_grads:
+        meta, start = sizes.tensor(g, 0)
+        roots.append(meta)
+        input_dims.append(start)
+    key: list = [accumulate_grad, walk.num_results, tuple(walk.roots), tuple(roots)]
     for index, step in enumerate(walk.steps, start=1):
         node = step.node
         kind = kind_of(node)
@@ -120,34 +155,33 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         node_hooks = hook_lookup.hooks_of(node, leaf, probe, retaining)
         if node_hooks.needs_engine():
             raise EagerFallback(node_hooks.needs_engine())
-        first_input, first_object = len(inputs), len(objects)
-        saved: list = []
+        plan = StepPlan(kind, node_hooks, [], len(inputs), len(objects), f"{node.name()} (NodeCall {index})")
         values: tuple = ()
         if step.runs:
             if kind is TRACED:
                 layout = layout_of(type(node))
-                saved = take_tensors(node, layout.tensors)
-                values = saved_values(node, layout.values)
+                plan.saved = take_tensors(node, layout.tensors)
+                values = _traced_values(node, layout, index, plan, sizes)
             elif kind is AOTGRAD:
-                saved = _take_ctx_tensors(node)
+                plan.saved = _take_ctx_tensors(node)
                 values = tuple(node.saved_sizes)
             elif kind is CUSTOM:
                 if len(node.next_functions) != len(node.needs_input_grad) and tensor_positions(node) is None:
                     raise EagerFallback(f"custom Function {node.name()} has non-tensor inputs and was applied "
                                         "before aotgrad was imported: which results go to which input is unknown")
-                saved = _take_ctx_tensors(node)
+                plan.saved = _take_ctx_tensors(node)
                 objects.append(node)
             elif kind is ACCUMULATE:
                 objects.append(leaf)
             else:
                 objects.append(node)
-        lifted = [s for s in saved if s is not None]
+        lifted = [s for s in plan.saved if s is not None]
         slots.extend(lifted)
         inputs.extend(s.value for s in lifted)
         objects.extend(node_hooks.callables())
-        plans.append(StepPlan(kind, node_hooks, saved, first_input, first_object, f"{node.name()} (NodeCall {index})"))
-        key.append(_step_key(step, kind, node, node_hooks, saved, values))
-    return Collected(plans, inputs, objects, slots, tuple(key))
+        plans.append(plan)
+        key.append(_step_key(step, index, kind, node, plan, values, sizes, input_dims))
+    return Collected(plans, inputs, objects, slots, tuple(key), sizes, input_dims)
 
 
 def release(collected: Collected) -> None:

@@ -128,10 +128,10 @@ class CompiledAutograd:
             log.info("compiled autograd: running this backward eagerly: %s", reason)
             return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                                        accumulate_grad)
-        compiled = graph_cache.lookup(self.compiler_fn, collected.key)
-        if compiled is None:
-            compiled = self._capture_and_compile(graph, collected)
-        results = self._call(compiled, collected, keep_graph)
+        entry = graph_cache.lookup(self.compiler_fn, collected.structure, collected.sizes.values)
+        if entry is None:
+            entry = self._capture_and_compile(graph, collected)
+        results = self._call(entry.compiled, collected, keep_graph)
         if not accumulate_grad:
             unused = [i for i, r in enumerate(results) if r is None]
             if unused and not allow_unreachable:
@@ -140,9 +140,18 @@ class CompiledAutograd:
             return tuple(results)
         return ()
 
-    def _capture_and_compile(self, graph, collected):
-        log.debug("Cache miss due to %s", graph_cache.miss_reason(self.compiler_fn, collected.key, collected.plans))
-        gm = capture(graph, collected)
+    def _capture_and_compile(self, graph, collected) -> graph_cache.Entry:
+        dynamic, reasons = graph_cache.plan_capture(self.compiler_fn, collected.structure, collected.sizes,
+                                                    collected.plans)
+        for reason in reasons:
+            log.debug("Cache miss due to %s", reason)
+        gm, guards = capture(graph, collected, dynamic)
+        if guards is not None and guards.specialized:  # the trace fixed some symbols: capture them static
+            for i in sorted(guards.specialized):
+                log.debug("size idx %d of %s stays static: the trace needs its value", i,
+                          graph_cache._owner(collected.plans, collected.sizes.owners[i]))
+            dynamic = dynamic - guards.specialized
+            gm, guards = capture(graph, collected, dynamic)
         graph_cache.count("captures")
         if log.isEnabledFor(logging.DEBUG):
             for plan in collected.plans:
@@ -150,8 +159,9 @@ class CompiledAutograd:
             log.debug("%s", format_graph(gm, "compiled_autograd_graph"))
         compiled = self.compiler_fn(gm)
         graph_cache.count("compiles")
-        graph_cache.store(self.compiler_fn, collected.key, compiled)
-        return compiled
+        entry = graph_cache.Entry(compiled, list(collected.sizes.values), dynamic, guards)
+        graph_cache.store(self.compiler_fn, collected.structure, entry)
+        return entry
 
     def _call(self, compiled, collected, keep_graph: bool) -> list:
         if not keep_graph:  # the graph's input list then holds the only reference: freed as it goes
@@ -159,7 +169,7 @@ class CompiledAutograd:
         _local.callbacks = callbacks = []
         try:
             with torch.no_grad():
-                results = compiled(collected.inputs, collected.objects)
+                results = compiled(collected.inputs, collected.sizes.values, collected.objects)
         finally:
             _local.callbacks = None
         while callbacks:  # a callback may queue another; each runs once, in order

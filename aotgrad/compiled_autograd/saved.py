@@ -132,16 +132,12 @@ def take_tensors(node, attrs: tuple) -> list[Slot | None]:
     return slots
 
 
-def _hashable(value: Any) -> Any:
+def hashable(value: Any) -> Any:
+    """A saved non-tensor value as a key entry (lists as tuples, NaN comparable)."""
     if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
+        return tuple(hashable(v) for v in value)
     if isinstance(value, torch.Tensor):  # a saved optional tensor read as a value: key on metadata
         return ("tensor", value.dtype, tuple(value.shape))
     if isinstance(value, float) and value != value:
         return ("nan",)
     return value
-
-
-def saved_values(node, attrs: tuple) -> tuple:
-    """The non-tensor values a C++ node saved (sizes, dims, scalars), hashable, for the key."""
-    return tuple(_hashable(getattr(node, attr)) for attr in attrs)
