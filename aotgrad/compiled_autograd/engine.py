@@ -46,6 +46,7 @@ class _Engine:
     def __init__(self, original):
         self._original = original
 
+    @torch.compiler.disable  # a backward called inside a torch.compile'd function runs here, not traced
     def run_backward(self, tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                      accumulate_grad):
         stack = _stack()

@@ -1,0 +1,236 @@
+"""Compiled autograd with torch.compile and aotgrad's own forward, training loops, C++ custom
+autograd Functions, trace_wrapped hooks, and freeing activations as the backward goes."""
+import gc
+import os
+import sys
+
+import pytest
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+import aotgrad
+from aotgrad import compiled_autograd
+from aotgrad.hops import trace_wrapped
+from tests.compiled_autograd.helpers import check, nop_compiler
+
+
+def _model():
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                               torch.nn.Linear(16, 3))
+
+
+@pytest.mark.parametrize("backend", ["aotgrad", "aotgrad_inductor", "eager"])
+def test_backward_through_a_compiled_forward_is_one_graph(backend):
+    graphs = []
+
+    def compiler(gm):
+        graphs.append(gm)
+        return gm
+
+    def fn():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = _model()
+        step = torch.compile(model, backend=backend)
+        out = []
+        for _ in range(3):
+            model.zero_grad()
+            step(torch.randn(5, 6)).pow(2).sum().backward()
+            out += [p.grad.clone() for p in model.parameters()]
+        return out
+
+    check(fn, compiler=compiler, captures=1, exact=backend == "eager")
+    if backend.startswith("aotgrad"):  # aotgrad's backward graph is inlined: no call out of the graph
+        targets = {getattr(n.target, "__name__", "") for n in graphs[0].graph.nodes}
+        assert "custom_backward" not in targets
+
+
+def test_torch_compile_of_a_function_that_calls_backward():
+    def fn():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = _model()
+
+        @torch.compile(backend="aotgrad")
+        def train_step(x):
+            loss = model(x).sum()
+            loss.backward()
+            return loss.detach()
+
+        losses = [train_step(torch.randn(4, 6)) for _ in range(3)]
+        return losses + [p.grad for p in model.parameters()]
+
+    check(fn, captures=1, exact=False)
+
+
+def test_twenty_optimizer_steps_match_eager_parameter_for_parameter():
+    def fn():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                    torch.nn.Linear(4 * 6 * 6, 5))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        x, y = torch.randn(8, 2, 8, 8), torch.randint(0, 5, (8,))
+        for _ in range(20):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    check(fn, captures=1)
+
+
+def _multiply(x):
+    return x * x
+
+
+def _multiply_invoke(grad):
+    return trace_wrapped(grad, fn=_multiply)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aotgrad", "aotgrad_inductor"])
+def test_trace_wrapped_hook_under_compiled_autograd_shows_its_body(backend):
+    graphs = []
+
+    def compiler_fn(gm):
+        def inner(gm_, example_inputs):
+            graphs.append(gm_)
+            return gm_
+        return torch.compile(gm, backend=inner, fullgraph=True, dynamic=True)
+
+    torch._dynamo.reset()
+    compiled_autograd.reset()
+    x = torch.tensor([0.5, 0.5], requires_grad=True)
+    y = torch.tensor([0.5, 0.5], requires_grad=True)
+
+    def fn(x, y):
+        x.register_hook(_multiply_invoke)
+        return x + y
+
+    out = torch.compile(fn, backend=backend)(x, y)
+    grad_out = torch.tensor([2.0, 2.0])
+    with compiled_autograd.enable(compiler_fn):
+        out.backward(grad_out)
+    assert torch.equal(x.grad, grad_out * grad_out)
+    assert len(graphs) == 1
+    assert "mul" in graphs[0].code or " * " in graphs[0].code  # the hook's body, inlined by Dynamo
+
+
+def test_trace_wrapped_in_eager_and_in_aotgrads_tracer():
+    calls = []
+
+    def double(g):
+        calls.append(1)
+        return g * 2
+
+    def f(x):
+        h = x * 3
+        h.register_hook(lambda g: trace_wrapped(g, fn=double))
+        return h.sum()
+
+    x = torch.tensor([0.5, 1.5], requires_grad=True)
+    f(x).backward()
+    assert torch.equal(x.grad, torch.full((2,), 6.0)) and len(calls) == 1
+    graphs = []
+    compiled = aotgrad.aot_function(f, lambda gm, _: (graphs.append(gm), gm)[1])
+    calls.clear()
+    for _ in range(2):
+        x2 = torch.tensor([0.5, 1.5], requires_grad=True)
+        compiled(x2).backward()
+        assert torch.equal(x2.grad, torch.full((2,), 6.0))
+    assert len(calls) == 3  # once on fake tensors while tracing (to learn its output), once per run
+    assert any(n.name == "trace_wrapped" for g in graphs for n in g.graph.nodes)
+
+
+def test_trace_wrapped_fn_that_cannot_be_traced_names_it():
+    def item_of(g):
+        return g * g.sum().item()
+
+    def f(x):
+        h = x * 3
+        h.register_hook(lambda g: trace_wrapped(g, fn=item_of))
+        return h.sum()
+
+    with pytest.raises(aotgrad.errors.TraceError, match="item_of"):
+        aotgrad.aot_function(f, aotgrad.nop)(torch.randn(3, requires_grad=True))
+
+
+def test_activations_are_freed_as_the_backward_goes():
+    """At the middle of the backward, saved activations of the layers already done are gone,
+    as in eager (the graph's input list is emptied and each value dropped after its last use)."""
+    depth = 8
+
+    def alive_in_the_middle(compiled: bool) -> list[int]:
+        torch.manual_seed(0)
+        weights = [torch.randn(64, 64, requires_grad=True) for _ in range(depth)]
+        storages = []
+        counts = []
+
+        def forward():
+            h = torch.randn(32, 64)
+            for i, w in enumerate(weights):
+                h = (h @ w).tanh()  # tanh saves its output
+                storages.append(StorageWeakRef(h.untyped_storage()))
+                if i == depth // 2:
+                    h.register_hook(lambda g: counts.append(sum(not s.expired() for s in storages)) or g)
+            return h.sum()
+
+        loss = forward()
+        gc.collect()
+        if compiled:
+            compiled_autograd.reset()
+            with compiled_autograd.enable(nop_compiler):
+                loss.backward()
+        else:
+            loss.backward()
+        return counts
+
+    eager = alive_in_the_middle(False)
+    compiled = alive_in_the_middle(True)
+    assert compiled[0] <= eager[0] < depth
+
+
+CPP_SOURCE = r"""
+#include <torch/extension.h>
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct ScaledSquare : public torch::autograd::Function<ScaledSquare> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t scale) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["offset"] = x.sum();  // a tensor kept in saved_data
+    return x * x * scale;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto x = ctx->get_saved_variables()[0];
+    auto scale = ctx->saved_data["scale"].toInt();
+    auto offset = ctx->saved_data["offset"].toTensor();
+    return {grads[0] * 2 * x * scale + offset * 0, torch::Tensor()};
+  }
+};
+
+torch::Tensor scaled_square(torch::Tensor x, int64_t scale) { return ScaledSquare::apply(x, scale); }
+"""
+
+
+@pytest.fixture(scope="module")
+def cpp_extension():
+    from torch.utils.cpp_extension import load_inline
+    build = os.path.join(os.path.dirname(__file__), "..", "..", ".cpp_build")
+    os.makedirs(build, exist_ok=True)
+    return load_inline(name="aotgrad_test_cpp_fn", cpp_sources=CPP_SOURCE, functions=["scaled_square"],
+                       build_directory=build, verbose=False)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="builds a C++ extension with gcc")
+def test_cpp_custom_function_with_saved_data(cpp_extension):
+    def fn():
+        out = []
+        for scale in [2, 3, 2]:
+            x = torch.randn(4, requires_grad=True)
+            h = x * 1.5
+            cpp_extension.scaled_square(h, scale).sum().backward()
+            out.append(x.grad)
+        return out
+
+    check(fn, captures=1)
