@@ -303,7 +303,7 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
              for i, v in enumerate(collected.inputs)]
     builder.graph.call_function(calls.clear, (builder.inputs,))
     builder.bind_sizes()
-    buffers = [[None] * step.num_inputs for step in walk.steps]
+    buffers = [[None] * len(step.node._input_metadata) for step in walk.steps]
     for k, root in enumerate(walk.roots):
         if root is not None and fakes[k] is not None:
             target, slot = root

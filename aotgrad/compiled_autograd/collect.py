@@ -8,7 +8,7 @@ hooks (how many, where; not which), saved non-tensor values and tensor metadata.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import tensor_positions
@@ -47,17 +47,27 @@ def kind_of(node) -> str:
     return kind
 
 
-@dataclass
 class StepPlan:
-    kind: str
-    hooks: hook_lookup.NodeHooks
-    saved: list            # the node's saved tensors in order (None: nothing saved there); the
-                           # others are lifted into the graph's inputs from `first_input` on
-    first_input: int       # index of the first of them in `inputs`
-    first_object: int      # index of this step's first object (leaf/ctx/node, then hooks)
-    label: str             # "<name> (NodeCall k)"
-    meta_dims: list = field(default_factory=list)   # per input slot: where its dims start in the sizes
-    value_dims: dict = field(default_factory=dict)  # saved size value -> (start, count, is a list)
+    """How one step runs, and where its values sit in the graph's inputs and in the sizes."""
+    __slots__ = ("kind", "hooks", "saved", "first_input", "first_object", "node", "index", "meta_dims",
+                 "value_dims")
+
+    def __init__(self, kind: str, hooks: hook_lookup.NodeHooks, first_input: int, first_object: int, node,
+                 index: int):
+        self.kind = kind
+        self.hooks = hooks
+        self.saved: list = []          # the node's saved tensors in order (None: nothing saved there);
+        #                                the others are lifted into the graph's inputs from `first_input` on
+        self.first_input = first_input
+        self.first_object = first_object  # its first object (leaf/ctx/node, then hook dicts)
+        self.node = node
+        self.index = index             # its NodeCall number (the roots are 0)
+        self.meta_dims: list = []      # per input slot: where its dims start in the sizes
+        self.value_dims: dict = {}     # saved size value -> (start, count, is a list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.node.name()} (NodeCall {self.index})"
 
 
 @dataclass
@@ -153,9 +163,11 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         kind = kind_of(node)
         leaf = node.variable if kind is ACCUMULATE else None
         node_hooks = hook_lookup.hooks_of(node, leaf, probe, retaining)
-        if node_hooks.needs_engine():
-            raise EagerFallback(node_hooks.needs_engine())
-        plan = StepPlan(kind, node_hooks, [], len(inputs), len(objects), f"{node.name()} (NodeCall {index})")
+        if node_hooks is not hook_lookup.NO_HOOKS:
+            reason = node_hooks.needs_engine()
+            if reason:
+                raise EagerFallback(reason)
+        plan = StepPlan(kind, node_hooks, len(inputs), len(objects), node, index)
         values: tuple = ()
         if step.runs:
             if kind is TRACED:

@@ -22,11 +22,20 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 
+_CONTIGUOUS: dict[int, tuple] = {}
+
+
 def layout(t: torch.Tensor) -> tuple:
     """What a graph assumes about a tensor's memory besides its sizes: dense tensors by the
     order of their dims (strides follow from the sizes), others by their exact strides."""
     if t.dim() == 0:
         return ("scalar",)
+    if t.is_contiguous() and t.storage_offset() == 0 and 1 not in t.shape:  # the common case, fast
+        n = t.dim()
+        known = _CONTIGUOUS.get(n)
+        if known is None:
+            known = _CONTIGUOUS[n] = ("dense", tuple(reversed(range(n))), ())  # as below, for contiguous
+        return known
     pairs = [(s, st) for s, st in zip(t.shape, t.stride())]
     expected = 1
     dense = True
@@ -43,20 +52,32 @@ def layout(t: torch.Tensor) -> tuple:
 
 class SizeList:
     """The sizes of one key, in collection order, with the step each belongs to (0: the
-    roots) and whether it may become a symbol."""
+    roots) and whether it may become a symbol (both worked out only on a miss)."""
 
     def __init__(self):
         self.values: list[int] = []
-        self.owners: list[int] = []
-        self.capable: list[bool] = []
+        self._segments: list[tuple[int, int, bool]] = []  # (start, owner, capable)
 
     def add(self, values, owner: int, capable: bool = True) -> int:
         start = len(self.values)
-        for v in values:
-            self.values.append(int(v))
-            self.owners.append(owner)
-            self.capable.append(capable)
+        self.values.extend(values)
+        self._segments.append((start, owner, capable))
         return start
+
+    def _expanded(self, field: int) -> list:
+        out = []
+        segments = self._segments + [(len(self.values), None, None)]
+        for (start, *info), (end, *_) in zip(segments, segments[1:]):
+            out.extend([info[field]] * (end - start))
+        return out
+
+    @property
+    def owners(self) -> list[int]:
+        return self._expanded(0)
+
+    @property
+    def capable(self) -> list[bool]:
+        return self._expanded(1)
 
     def tensor(self, t, owner: int) -> tuple[Any, int]:
         """The structure part of a tensor, and where its dims start in the list."""

@@ -202,12 +202,17 @@ class NodeHooks:
         return None
 
 
-_NO_HOOKS = NodeHooks()
+NO_HOOKS = NodeHooks()
+_NO_HOOKS_SHAPE = NO_HOOKS.shape()
+NO_HOOKS.shape = lambda: _NO_HOOKS_SHAPE  # asked on every step of every backward: answered once
+NO_HOOKS.callables = lambda: ()
 
 
 def retaining_by_node() -> dict:
     """Live non-leaf tensors that retain grad, by (grad_fn, output_nr)."""
     found: dict = {}
+    if not _retaining:
+        return found
     for t in list(_retaining):
         if t.retains_grad and t.grad_fn is not None:
             found.setdefault(t.grad_fn, []).append((t.output_nr, t))
@@ -234,5 +239,5 @@ def hooks_of(node, leaf, probe: bool, retaining: dict) -> NodeHooks:
         post_accumulate = leaf._post_accumulate_grad_hooks or None
     retain = retaining.get(node, [])
     if not (tensor or pre or post or post_accumulate or retain):
-        return _NO_HOOKS
+        return NO_HOOKS
     return NodeHooks(tensor, retain, pre, post, post_accumulate)

@@ -9,8 +9,7 @@ each of its outputs, the step and input slot that gradient flows to, and where
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch.autograd.graph import GradientEdge
@@ -18,14 +17,15 @@ from torch.autograd.graph import GradientEdge
 _ROOT = "root"  # the engine's GraphRoot: sends each root gradient down its edge
 
 
-@dataclass
 class Step:
     """One node the engine runs (or visits to read a captured gradient)."""
-    node: Any                      # the autograd Node (C++ or Python)
-    num_inputs: int                # gradients flowing in: one per forward output
-    edges: list                    # per node output: (step index, input slot) or None
-    runs: bool = True              # False: visited only to capture its input (autograd.grad)
-    captures: list = field(default_factory=list)  # (input slot, result index) read here
+    __slots__ = ("node", "edges", "runs", "captures")
+
+    def __init__(self, node, runs: bool, captures: list):
+        self.node = node              # the autograd Node (C++ or Python)
+        self.edges: list = []         # per node output: (step index, input slot) or None
+        self.runs = runs              # False: visited only to capture its input (autograd.grad)
+        self.captures = captures      # (input slot, result index) read here
 
 
 @dataclass
@@ -163,7 +163,7 @@ def walk(root_edges: list[GradientEdge], input_edges: list[GradientEdge] | None,
             runs = should_run is None or (node in should_run and (
                 accumulate_grad or node not in targets or _has_running_child(node, next_edges, should_run)))
             captures = [] if accumulate_grad else list(targets.get(node, ()))
-            steps.append(Step(node, len(node._input_metadata), [], runs, captures))
+            steps.append(Step(node, runs, captures))
         return i
 
     heap = _EngineHeap()
@@ -172,6 +172,16 @@ def walk(root_edges: list[GradientEdge], input_edges: list[GradientEdge] | None,
         dependencies[node] -= 1
         if dependencies[node] == 0 and (should_run is None or node in should_run):
             heap.push(node._sequence_nr(), node)
+    if should_run is None:  # every node runs (the common case: no inputs=)
+        while heap:
+            node = heap.pop()
+            index_of[node] = len(steps)
+            steps.append(Step(node, True, []))
+            for child, _ in next_edges[node]:
+                if child is not None:
+                    dependencies[child] -= 1
+                    if dependencies[child] == 0:
+                        heap.push(child._sequence_nr(), child)
     while heap:
         node = heap.pop()
         step = steps[step_of(node)]

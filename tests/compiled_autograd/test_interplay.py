@@ -234,3 +234,47 @@ def test_cpp_custom_function_with_saved_data(cpp_extension):
         return out
 
     check(fn, captures=1)
+
+
+def test_reset_between_backwards_is_safe():
+    model = _model()
+    x = torch.randn(4, 6)
+
+    def fn():
+        out = []
+        for i in range(4):
+            model.zero_grad()
+            model(x).sum().backward()
+            out += [p.grad.clone() for p in model.parameters()]
+            if i % 2 == 0:
+                compiled_autograd.reset()
+        return out
+
+    check(fn)
+
+
+class PrintingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        print("backward of PrintingBackward")  # a graph break for Dynamo: the rest still compiles
+        return g * x.cos()
+
+
+def test_custom_backward_with_a_graph_break_under_a_dynamo_compiler(capsys):
+    def fn():
+        torch._dynamo.reset()
+        out = []
+        for _ in range(2):
+            x = torch.randn(5, requires_grad=True)
+            (PrintingBackward.apply(x * 2) * 3).sum().backward()
+            out.append(x.grad)
+        return out
+
+    check(fn, compiler=lambda gm: torch.compile(gm, backend="aot_eager"), captures=1, exact=False)
+    assert capsys.readouterr().out.count("backward of PrintingBackward") == 4  # 2 eager + 2 compiled

@@ -1,0 +1,175 @@
+"""Backward time under compiled autograd: aotgrad against eager and PyTorch's own, in one process.
+
+Models (from compile_and_step.py, each forward ends in its loss): the MLP, the 2-block GPT and
+the CNN. The forward runs eagerly (not timed); the timed part is `loss.backward()`, with
+`.grad` set to None before each step so every backward has the same graph. Configurations:
+  eager               PyTorch's engine
+  aotgrad+inductor    aotgrad.compiled_autograd.enable(lambda gm: torch.compile(gm, backend="inductor"))
+  aotgrad+nop         aotgrad.compiled_autograd.enable(lambda gm: gm)
+  pytorch+inductor    torch._dynamo.compiled_autograd._enable(same compiler)
+  pytorch+nop         torch._dynamo.compiled_autograd._enable(lambda gm: gm)
+Each configuration is warmed up (capture, compile), then the configurations take turns for
+--rounds rounds of --iters backwards; the median per configuration is reported, with its ratio
+to eager. Gradients are checked against eager's after the timed steps.
+
+Overhead on a cache hit: with the no-op compiler, the compiled graph is wrapped in a timer; the
+overhead is the backward's time minus the time inside the graph (walking the autograd graph,
+collecting saved tensors and hooks, computing the key, calling), in microseconds per backward
+and per autograd node (the number of nodes the engine would run).
+
+    python benchmarks/compiled_autograd.py --models mlp,gpt,cnn --iters 20 --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compile_and_step import make_model  # noqa: E402
+
+import aotgrad  # noqa: E402
+from aotgrad import compiled_autograd  # noqa: E402
+from aotgrad.compiled_autograd.walk import gradient_edge, walk  # noqa: E402
+
+CONFIGS = ["eager", "aotgrad+inductor", "aotgrad+nop", "pytorch+inductor", "pytorch+nop"]
+
+
+class Timed:
+    """A compiled graph that adds up the time spent inside it."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.seconds = 0.0
+
+    def __call__(self, *args):
+        start = time.perf_counter()
+        try:
+            return self.fn(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+class Config:
+    def __init__(self, name: str):
+        self.name = name
+        self.timed: list[Timed] = []
+        self.compiler = self._compiler()
+
+    def _compiler(self) -> Callable | None:
+        if self.name == "eager":
+            return None
+        if self.name.endswith("inductor"):
+            return lambda gm: torch.compile(gm, backend="inductor")
+
+        def nop(gm):
+            timed = Timed(gm)
+            self.timed.append(timed)
+            return timed
+        return nop
+
+    def context(self):
+        if self.compiler is None:
+            return contextlib.nullcontext()
+        if self.name.startswith("aotgrad"):
+            return compiled_autograd.enable(self.compiler)
+        from torch._dynamo import compiled_autograd as pytorch_compiled_autograd  # the reference, not aotgrad
+        return pytorch_compiled_autograd._enable(self.compiler)
+
+    def graph_seconds(self) -> float:
+        return sum(t.seconds for t in self.timed)
+
+
+def node_count(loss: torch.Tensor) -> int:
+    return len(walk([gradient_edge(loss)], None, True).steps)
+
+
+def backward_seconds(model, inputs, config: Config) -> float:
+    for p in model.parameters():
+        p.grad = None
+    loss = model(*inputs)
+    with config.context():
+        start = time.perf_counter()
+        loss.backward()
+        return time.perf_counter() - start
+
+
+def grads(model) -> list[torch.Tensor]:
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def benchmark(name: str, iters: int, rounds: int) -> dict:
+    model, inputs, text = make_model(name)
+    configs = [Config(c) for c in CONFIGS]
+    torch._dynamo.reset()
+    compiled_autograd.reset()
+    backward_seconds(model, inputs, configs[0])
+    expected = grads(model)
+    nodes = node_count(model(*inputs))
+    for config in configs[1:]:  # warm up: capture and compile
+        for _ in range(3):
+            backward_seconds(model, inputs, config)
+    times: dict[str, list[float]] = {c.name: [] for c in configs}
+    overhead: dict[str, list[float]] = {c.name: [] for c in configs if c.name.endswith("nop")}
+    for r in range(rounds):
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        for config in order:
+            for _ in range(iters):
+                inside = config.graph_seconds()
+                seconds = backward_seconds(model, inputs, config)
+                times[config.name].append(seconds)
+                if config.name in overhead:
+                    overhead[config.name].append(seconds - (config.graph_seconds() - inside))
+    correct = {}
+    for config in configs:
+        backward_seconds(model, inputs, config)
+        got = grads(model)
+        correct[config.name] = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, expected))
+    captures = aotgrad.counters["compiled_autograd"]["captures"]
+    return {"model": text, "nodes": nodes, "median": {k: statistics.median(v) for k, v in times.items()},
+            "overhead": {k: statistics.median(v) for k, v in overhead.items()}, "correct": correct,
+            "aotgrad_captures": captures}
+
+
+def markdown(results: list[dict]) -> str:
+    lines = ["| model (autograd nodes) | " + " | ".join(CONFIGS) + " |", "|---" * (len(CONFIGS) + 1) + "|"]
+    for res in results:
+        eager = res["median"]["eager"]
+        cells = []
+        for c in CONFIGS:
+            ms = res["median"][c] * 1e3
+            ok = "" if res["correct"][c] else " **WRONG**"
+            cells.append(f"{ms:.3f} ms" + ("" if c == "eager" else f" ({res['median'][c] / eager:.2f}x)") + ok)
+        lines.append(f"| {res['model']} ({res['nodes']}) | " + " | ".join(cells) + " |")
+    lines += ["", "Overhead on a cache hit (no-op compiler; backward time minus time inside the graph):", "",
+              "| model | aotgrad us/backward | us/node | PyTorch us/backward | us/node | aotgrad / PyTorch |",
+              "|---|---|---|---|---|---|"]
+    for res in results:
+        ours, theirs = res["overhead"]["aotgrad+nop"] * 1e6, res["overhead"]["pytorch+nop"] * 1e6
+        n = res["nodes"]
+        lines.append(f"| {res['model']} | {ours:.0f} | {ours / n:.1f} | {theirs:.0f} | {theirs / n:.1f} | "
+                     f"{ours / theirs:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mlp,gpt,cnn")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    results = [benchmark(name, args.iters, args.rounds) for name in args.models.split(",")]
+    print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.iters * args.rounds} backwards")
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
