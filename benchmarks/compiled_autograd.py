@@ -17,6 +17,11 @@ overhead is the backward's time minus the time inside the graph (walking the aut
 collecting saved tensors and hooks, computing the key, calling), in microseconds per backward
 and per autograd node (the number of nodes the engine would run).
 
+Activation memory: before one backward, the storages every node saved are noted (with their
+bytes; parameters excluded) and a post-hook on every node records the bytes of those still
+alive; their mean over the backward, eager against aotgrad's compiled autograd (its graph frees
+each saved tensor after its last use), with the forward's total for scale.
+
     python benchmarks/compiled_autograd.py --models mlp,gpt,cnn --iters 20 --rounds 5
 """
 from __future__ import annotations
@@ -100,6 +105,55 @@ def backward_seconds(model, inputs, config: Config) -> float:
         return time.perf_counter() - start
 
 
+def _saved_storages(loss: torch.Tensor) -> dict:
+    """StorageWeakRef -> bytes of every tensor the autograd graph's nodes saved."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    found: dict = {}
+    stack, seen = [loss.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(child for child, _ in node.next_functions)
+        for attr in dir(node):
+            if not attr.startswith("_saved_"):
+                continue
+            value = getattr(node, attr)
+            for t in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(t, torch.Tensor) and not (t.is_leaf and t.requires_grad):  # not a parameter
+                    storage = t.untyped_storage()
+                    found[StorageWeakRef(storage)] = storage.nbytes()
+    return found
+
+
+def saved_bytes_alive(model, inputs, config: Config) -> tuple[int, float]:
+    """(bytes saved by the forward, mean of them still alive after each node of the backward)."""
+    for p in model.parameters():
+        p.grad = None
+    loss = model(*inputs)
+    storages = _saved_storages(loss)
+    root = loss
+    total = sum(storages.values())
+    samples = []
+
+    def sample(*_):
+        samples.append(sum(n for ref, n in storages.items() if not ref.expired()))
+
+    stack, seen = [loss.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(child for child, _ in node.next_functions)
+        node.register_hook(sample)
+    del loss
+    with config.context():
+        root.backward()
+    return total, statistics.mean(samples)
+
+
 def grads(model) -> list[torch.Tensor]:
     return [p.grad.detach().clone() for p in model.parameters()]
 
@@ -132,9 +186,10 @@ def benchmark(name: str, iters: int, rounds: int) -> dict:
         got = grads(model)
         correct[config.name] = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, expected))
     captures = aotgrad.counters["compiled_autograd"]["captures"]
+    memory = {c.name: saved_bytes_alive(model, inputs, c) for c in (configs[0], configs[2])}
     return {"model": text, "nodes": nodes, "median": {k: statistics.median(v) for k, v in times.items()},
             "overhead": {k: statistics.median(v) for k, v in overhead.items()}, "correct": correct,
-            "aotgrad_captures": captures}
+            "aotgrad_captures": captures, "memory": memory}
 
 
 def markdown(results: list[dict]) -> str:
@@ -155,6 +210,14 @@ def markdown(results: list[dict]) -> str:
         n = res["nodes"]
         lines.append(f"| {res['model']} | {ours:.0f} | {ours / n:.1f} | {theirs:.0f} | {theirs / n:.1f} | "
                      f"{ours / theirs:.2f} |")
+    lines += ["", "Saved activations during the backward (mean still alive after each node; the forward saved the "
+              "total):", "", "| model | saved by the forward | alive, eager | alive, aotgrad compiled autograd |",
+              "|---|---|---|---|"]
+    for res in results:
+        total, eager = res["memory"]["eager"]
+        _, ours = res["memory"]["aotgrad+nop"]
+        lines.append(f"| {res['model']} | {total / 2**20:.2f} MiB | {eager / 2**20:.2f} MiB | "
+                     f"{ours / 2**20:.2f} MiB ({ours / max(eager, 1):.2f}x) |")
     return "\n".join(lines)
 
 
