@@ -118,7 +118,7 @@ def _step_key(step, index: int, kind: str, node, plan: StepPlan, values: tuple, 
 def _traced_values(node, layout, index: int, plan: StepPlan, sizes: SizeList) -> tuple:
     """A built-in node's saved non-tensor values: those it may read as symbols into `sizes`
     (`plan.value_dims`), the rest into the structure."""
-    symbolic = symbolic_attributes(node.name())
+    symbolic = symbolic_attributes(type(node))
     values = []
     for attr in layout.values:
         value = getattr(node, attr)
@@ -131,16 +131,24 @@ def _traced_values(node, layout, index: int, plan: StepPlan, sizes: SizeList) ->
     return tuple(values)
 
 
-def _take_ctx_tensors(ctx) -> list:
-    """A custom Function's saved tensors (unpacked once through ctx: autograd's checks)."""
-    raws = ctx._raw_saved_tensors
-    values: list = []
+class _UnpackedOnce:
+    """`ctx.saved_tensors`, read once (autograd's checks and the user's unpack hooks run then)."""
 
-    def unpack(i: int):
-        if not values:
-            values.extend(ctx.saved_tensors)
-        return values[i]
-    return [take(raw, lambda i=i: unpack(i)) for i, raw in enumerate(raws)]
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.values = None
+
+    @property
+    def saved_tensors(self):
+        if self.values is None:
+            self.values = self.ctx.saved_tensors
+        return self.values
+
+
+def _take_ctx_tensors(ctx) -> list:
+    """A custom Function's saved tensors."""
+    once = _UnpackedOnce(ctx)
+    return [take(raw, once, "saved_tensors", i) for i, raw in enumerate(ctx._raw_saved_tensors)]
 
 
 def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:

@@ -151,10 +151,16 @@ LAYOUT_ONLY: dict[str, tuple[str, ...]] = {
 }
 
 
-def symbolic_attributes(name: str) -> tuple[str, ...]:
-    if name in FORMULAS:
-        return FORMULAS[name][0]
-    return LAYOUT_ONLY.get(name, ())
+_symbolic_by_type: dict[type, tuple[str, ...]] = {}
+
+
+def symbolic_attributes(node_type: type) -> tuple[str, ...]:
+    """The saved size values of a built-in node class that may be symbols."""
+    known = _symbolic_by_type.get(node_type)
+    if known is None:
+        name = node_type.__name__
+        known = _symbolic_by_type[node_type] = FORMULAS[name][0] if name in FORMULAS else LAYOUT_ONLY.get(name, ())
+    return known
 
 
 # --- capture with symbols ----------------------------------------------------------------

@@ -52,8 +52,12 @@ class Slot:
             self.freed = True
 
 
+_packed: list = [None]  # the slot `_pack` made last (read back without another call into the node)
+
+
 def _pack(t: torch.Tensor) -> Slot:
-    return Slot(t)
+    slot = _packed[0] = Slot(t)
+    return slot
 
 
 def _unpack(slot: Slot) -> torch.Tensor:
@@ -65,35 +69,39 @@ def _unpack(slot: Slot) -> torch.Tensor:
     return slot.value
 
 
-def _packed_by_user(raw, packed) -> bool:
-    """Did the user's saved_tensors_hooks pack this saved tensor?"""
-    if raw.unpack_hook is None:
-        return False
+def _packed_by_user(raw, packed) -> None:
+    """The user's saved_tensors_hooks packed this saved tensor: fine, unless it is checkpoint's."""
     if type(packed).__module__ == "torch.utils.checkpoint":
         raise EagerFallback("torch.utils.checkpoint recomputes saved tensors inside the eager engine's "
                             "graph task")
-    return True
 
 
-def take(raw, unpack) -> Slot | None:
+def take(raw, node, name: str, index: int | None = None) -> Slot | None:
     """The slot of one SavedTensor (registering aotgrad's pack/unpack pair the first time).
-    `unpack()` reads it through its node, which runs autograd's version check (and the
-    user's unpack hook, whose result is then kept as is: aotgrad cannot free it early)."""
+    It is first read through its node (`node.<name>`, item `index` of a list), which runs
+    autograd's version check (and the user's unpack hook, whose result is then kept as is:
+    aotgrad cannot free it early)."""
     if raw is None:
         return None
-    packed = raw.data
-    if isinstance(packed, Slot):  # taken by an earlier backward with retain_graph
-        if packed.freed:
-            raise RuntimeError(FREED_MESSAGE)
-        packed.check_version()
-        return packed
-    if _packed_by_user(raw, packed):
-        value = unpack()
+    if raw.unpack_hook is not None:  # hooked: by aotgrad (an earlier backward, retain_graph) or the user
+        packed = raw.data
+        if isinstance(packed, Slot):
+            if packed.freed:
+                raise RuntimeError(FREED_MESSAGE)
+            packed.check_version()
+            return packed
+        _packed_by_user(raw, packed)
+        value = _read(node, name, index)
         return Slot(value, owned=False) if value is not None else None
-    if unpack() is None:
+    if _read(node, name, index) is None:
         return None
     raw.register_hooks(_pack, _unpack)
-    return raw.data
+    return _packed[0]
+
+
+def _read(node, name: str, index: int | None):
+    value = getattr(node, name)
+    return value if index is None else value[index]
 
 
 class SavedLayout:
@@ -103,8 +111,8 @@ class SavedLayout:
     def __init__(self, node_type: type):
         names = dir(node_type)
         raw = [n for n in names if n.startswith("_raw_saved_")]
-        self.tensors = tuple(raw)
-        twins = {"_saved_" + n[len("_raw_saved_"):] for n in raw}
+        self.tensors = tuple((n, "_saved_" + n[len("_raw_saved_"):]) for n in raw)  # (raw, unpacked)
+        twins = {unpacked for _, unpacked in self.tensors}
         self.values = tuple(n for n in names if n.startswith("_saved_") and n not in twins)
 
 
@@ -122,18 +130,22 @@ def take_tensors(node, attrs: tuple) -> list[Slot | None]:
     """Slots of the tensors saved under `attrs` (`_raw_saved_*`; lists flattened in order),
     each first read through the node (`_saved_*`: autograd's in-place modification check)."""
     slots: list = []
-    for attr in attrs:
+    for attr, name in attrs:
         raw = getattr(node, attr)
-        name = "_saved_" + attr[len("_raw_saved_"):]
-        if isinstance(raw, (list, tuple)):
-            slots.extend(take(r, lambda i=i: getattr(node, name)[i]) for i, r in enumerate(raw))
+        if type(raw) is list or type(raw) is tuple:
+            slots.extend(take(r, node, name, i) for i, r in enumerate(raw))
         else:
-            slots.append(take(raw, lambda: getattr(node, name)))
+            slots.append(take(raw, node, name))
     return slots
 
 
 def hashable(value: Any) -> Any:
     """A saved non-tensor value as a key entry (lists as tuples, NaN comparable)."""
+    kind = type(value)
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is tuple and all(type(v) is int for v in value):
+        return value
     if isinstance(value, (list, tuple)):
         return tuple(hashable(v) for v in value)
     if isinstance(value, torch.Tensor):  # a saved optional tensor read as a value: key on metadata
