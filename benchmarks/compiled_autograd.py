@@ -105,17 +105,23 @@ def backward_seconds(model, inputs, config: Config) -> float:
         return time.perf_counter() - start
 
 
-def _saved_storages(loss: torch.Tensor) -> dict:
-    """StorageWeakRef -> bytes of every tensor the autograd graph's nodes saved."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-    found: dict = {}
-    stack, seen = [loss.grad_fn], set()
+def _nodes(loss: torch.Tensor) -> list:
+    """Every node of the autograd graph behind `loss`."""
+    stack, seen = [loss.grad_fn], []
     while stack:
         node = stack.pop()
         if node is None or node in seen:
             continue
-        seen.add(node)
+        seen.append(node)
         stack.extend(child for child, _ in node.next_functions)
+    return seen
+
+
+def _saved_storages(loss: torch.Tensor) -> dict:
+    """StorageWeakRef -> bytes of every tensor the autograd graph's nodes saved."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    found: dict = {}
+    for node in _nodes(loss):
         for attr in dir(node):
             if not attr.startswith("_saved_"):
                 continue
@@ -140,13 +146,7 @@ def saved_bytes_alive(model, inputs, config: Config) -> tuple[int, float]:
     def sample(*_):
         samples.append(sum(n for ref, n in storages.items() if not ref.expired()))
 
-    stack, seen = [loss.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        stack.extend(child for child, _ in node.next_functions)
+    for node in _nodes(loss):
         node.register_hook(sample)
     del loss
     with config.context():
