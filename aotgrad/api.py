@@ -138,6 +138,9 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
                      and info.index not in analysis.leaf_outputs]
         return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue, dead_ends), gm, None, guard
     partition_fn = options.partition_fn or default_partition
+    # inputs the caller gets back (itself or a view): it may write into them before the backward
+    gm.meta["returned_inputs"] = sorted({info.index for info in traced.analysis.outputs
+                                         if info.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT)})
     fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("aotgrad %s partition:\n%s", fn_name, partition_report(fw_gm, bw_gm))

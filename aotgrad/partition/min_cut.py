@@ -65,6 +65,7 @@ from typing import Callable
 
 import torch
 import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from aotgrad import config
 from aotgrad.errors import AotgradError
@@ -176,9 +177,42 @@ def cut_problem(parts: JointParts) -> CutProblem:
              if n.op in ("placeholder", "call_function", "get_attr") and n not in tangent_dependent]
     grads = {g for g in parts.grad_outputs if isinstance(g, fx.Node)}
     needed = {n for n in nodes if n in grads or any(u in tangent_dependent and u.op != "output" for u in n.users)}
-    save_bytes = {n: _save_bytes(n, parts.forward_nodes) for n in nodes}
+    unsafe = _unsafe_to_save(parts)
+    save_bytes = {n: _INF if n in unsafe else _save_bytes(n, parts.forward_nodes) for n in nodes}
     costs = {n: _INF if cost.never_recompute(n) else cost.recompute_cost(n) for n in nodes}
     return CutProblem(parts, nodes, needed, set(parts.forward_nodes), save_bytes, costs)
+
+
+def _unsafe_to_save(parts: JointParts) -> set[fx.Node]:
+    """Values that share memory with an output (the caller may write into it before the
+    backward; an input returned as an output, `joint_gm.meta["returned_inputs"]`, too) and
+    that eager's backward does not read (default_partition's saved set, with
+    the bases of saved views): saved, they would make the backward see such a write, which
+    eager's never does (it raises for the ones it saved, computes right for the others). The
+    cut saves something else. (Inputs stay free to keep: a write into an input the cut saved
+    and eager did not raises autograd's in-place error, docs/limitations.md.)
+
+        where(b > 0, b, b) returning b too: the mask is saved, not b (recomputing the mask
+        from b would read b after the caller's `b.add_(1)`)
+    """
+    from aotgrad.partition.default import saved_values
+    visible = set()
+    returned = [parts.primals[i] for i in parts.joint.meta.get("returned_inputs", ()) if i < len(parts.primals)]
+    for node in [*parts.fw_outputs, *returned]:
+        val = node.meta.get("val") if isinstance(node, fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            visible.add(StorageWeakRef(val.untyped_storage()))
+    eager = set(saved_values(parts, parts.forward_nodes))
+    for node in list(eager):  # a saved view is its base saved (views cannot be saved themselves)
+        while cost.is_view(node) and node.args and isinstance(node.args[0], fx.Node):
+            node = node.args[0]
+            eager.add(node)
+    unsafe = set()
+    for node in parts.joint.graph.nodes:
+        val = node.meta.get("val")
+        if node not in eager and isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) in visible:
+            unsafe.add(node)
+    return unsafe
 
 
 def _save_bytes(node: fx.Node, forward_nodes: set) -> float:
