@@ -22,7 +22,9 @@ _HEADER = 4  # structure entries before the first step's (see collect.collect)
 
 @dataclass
 class Entry:
-    compiled: Any
+    """A compiled graph, the sizes it was captured with, which of them are symbols in it, and
+    the guards on those symbols."""
+    compiled: Any           # None: this structure runs on PyTorch's engine (capturing it failed)
     sizes: list[int]        # the sizes it was captured with
     dynamic: frozenset      # positions that are symbols in it
     guards: Any             # dynamic.Guards, or None for a graph without symbols
@@ -42,6 +44,7 @@ def count(name: str) -> None:
 
 
 def lookup(compiler_fn: Callable, structure: tuple, sizes: list[int]) -> Entry | None:
+    """The newest entry of this compiler and structure that serves these sizes, or None."""
     for entry in _graphs.get((id(compiler_fn), structure), ()):
         if entry.serves(sizes):
             return entry
@@ -49,6 +52,7 @@ def lookup(compiler_fn: Callable, structure: tuple, sizes: list[int]) -> Entry |
 
 
 def store(compiler_fn: Callable, structure: tuple, entry: Entry) -> None:
+    """Add an entry (looked up before the older ones of its structure)."""
     _compilers[id(compiler_fn)] = compiler_fn
     _graphs.setdefault((id(compiler_fn), structure), []).insert(0, entry)
 
@@ -63,14 +67,14 @@ def plan_capture(compiler_fn: Callable, structure: tuple, sizes, plans: list) ->
     new = [i for i in changed if i not in last.dynamic and sizes.capable[i] and sizes.values[i] >= 2
            and last.sizes[i] >= 2]
     dynamic = frozenset(i for i in last.dynamic | set(new) if sizes.values[i] >= 2)
-    reasons = [f"changed shapes: marking size idx {i} of {_owner(plans, sizes.owners[i])} as dynamic" for i in new]
-    reasons += [f"changed shapes: size idx {i} of {_owner(plans, sizes.owners[i])} stays static "
+    reasons = [f"changed shapes: marking size idx {i} of {owner_label(plans, sizes.owners[i])} as dynamic" for i in new]
+    reasons += [f"changed shapes: size idx {i} of {owner_label(plans, sizes.owners[i])} stays static "
                 f"({'0 or 1' if sizes.values[i] < 2 else 'its node reads it as a constant'})"
                 for i in changed if i not in last.dynamic and i not in new]
     return dynamic, reasons
 
 
-def _owner(plans: list, owner: int) -> str:
+def owner_label(plans: list, owner: int) -> str:
     return "torch::autograd::GraphRoot (NodeCall 0)" if owner == 0 else plans[owner - 1].label
 
 
@@ -87,7 +91,7 @@ def _new_node_reason(compiler_fn: Callable, structure: tuple, plans: list) -> st
         best_len = max(best_len, n)
     sizes = sorted(len(k) for k in previous)
     owner = 0 if best_len < _HEADER else min(best_len - _HEADER, len(plans) - 1) + 1
-    return f"new autograd node: {_owner(plans, owner)} with key size {len(structure)}, previous key sizes={sizes}"
+    return f"new autograd node: {owner_label(plans, owner)} with key size {len(structure)}, previous key sizes={sizes}"
 
 
 def reset() -> None:

@@ -8,7 +8,6 @@ and the engine's check of each gradient against the input it flows to.
 """
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
@@ -17,8 +16,12 @@ def _hook_name(hook) -> str:
     return getattr(hook, "__name__", None) or repr(hook)
 
 
-def _check_hook_result(hook, old: torch.Tensor, new: Any) -> torch.Tensor:
-    """Eager's check of a tensor hook's return value (python_hook.cpp)."""
+def _check_single_result(hook, old, new) -> None:
+    """Eager's check of one value a hook returned (python_hook.cpp's check_single_result)."""
+    if new is None:
+        return
+    if old is None:
+        raise RuntimeError("can't replace a None gradient with a non-None value")
     if not isinstance(new, torch.Tensor):
         raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
     if new.dtype != old.dtype or new.device != old.device:
@@ -26,19 +29,28 @@ def _check_hook_result(hook, old: torch.Tensor, new: Any) -> torch.Tensor:
                            f"{old.type()} got {new.type()})")
     if new.shape != old.shape:
         raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
+
+
+def _kept_defined(hook, old, new):
+    """A gradient the captured graph goes on with as a tensor: a hook that made it None has
+    changed what the graph is for."""
+    if new is None and old is not None:
+        from aotgrad.errors import UnsupportedError
+        raise UnsupportedError(
+            f"hook '{_hook_name(hook)}' returned None for a gradient, which eager would pass on as "
+            "undefined; compiled autograd captured this backward with a gradient there. Return the "
+            "gradient (or zeros) instead, or run this backward outside aotgrad.compiled_autograd.enable.")
     return new
 
 
 def tensor_hooks(hooks: dict, grad):
     """A tensor's hooks on its incoming gradient, in registration order (those in the dict
-    when its node runs); a hook returning None keeps the gradient. No gradient (None): the
-    hooks do not run."""
-    if grad is None:
-        return None
+    when its node runs; also with no gradient, as in eager); a hook returning None keeps it."""
     for hook in list(hooks.values()):
         result = hook(grad)
         if result is not None:
-            grad = _check_hook_result(hook, grad, result)
+            _check_single_result(hook, grad, result)
+            grad = result
     return grad
 
 
@@ -52,16 +64,28 @@ def retain_grad(tensor: torch.Tensor, grad) -> None:
         tensor.grad = tensor.grad + grad
 
 
+def _hook_values(hook, before: tuple, result) -> list:
+    """Eager's check of a node hook's result (a tuple replacing all the values) and the new values."""
+    if not isinstance(result, tuple):
+        raise TypeError(f"expected tuple, but hook returned '{type(result).__name__}'")
+    if len(result) != len(before):
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has returned an incorrect number of values (got "
+                           f"{len(result)}, but expected {len(before)})")
+    for old, new in zip(before, result):
+        _check_single_result(hook, old, new)
+    return [_kept_defined(hook, old, new) for old, new in zip(before, result)]
+
+
 def pre_hooks(hooks: dict, grads: list) -> list:
     """Node pre-hooks: each sees the gradients the previous one left; None keeps them.
     (aotgrad's tensor-hook markers in the same dict do nothing.)"""
-    from aotgrad.compiled_autograd.hooks import _TensorHooks
+    from aotgrad.compiled_autograd.hooks import TensorHooksMarker
     for hook in list(hooks.values()):
-        if isinstance(hook, _TensorHooks):
+        if isinstance(hook, TensorHooksMarker):
             continue
         result = hook(tuple(grads))
         if result is not None:
-            grads = _as_grad_list(hook, result, len(grads))
+            grads = _hook_values(hook, tuple(grads), result)
     return list(grads)
 
 
@@ -71,19 +95,21 @@ def post_hooks(hooks: dict, grad_inputs: list, grad_outputs: list) -> list:
     for hook in list(hooks.values()):
         result = hook(tuple(grad_inputs), outputs)
         if result is not None:
-            grad_inputs = _as_grad_list(hook, result, len(grad_inputs))
+            grad_inputs = _hook_values(hook, tuple(grad_inputs), result)
     return list(grad_inputs)
 
 
-def _as_grad_list(hook, result, expected: int) -> list:
-    if isinstance(result, torch.Tensor):
-        result = (result,)
-    if not isinstance(result, (tuple, list)):
-        raise TypeError(f"hook '{_hook_name(hook)}' returned {type(result).__name__}; expected a tuple of "
-                        "gradients or None")
-    if len(result) != expected:
-        raise RuntimeError(f"hook '{_hook_name(hook)}' returned {len(result)} gradients, expected {expected}")
-    return list(result)
+def freed(*args):
+    """Marker pre-hook on a node whose saved state aotgrad cannot release (a node run as is, a
+    tensor the user's saved_tensors_hooks hold): after a backward without retain_graph, a
+    second backward through it raises eager's error."""
+    from aotgrad.compiled_autograd.saved import FREED_MESSAGE
+    raise RuntimeError(FREED_MESSAGE)
+
+
+def raise_error(message: str) -> None:
+    """A backward the capture knows must fail when run (eager's error, raised at that point)."""
+    raise RuntimeError(message)
 
 
 def _is_dense(t: torch.Tensor) -> bool:
@@ -212,11 +238,15 @@ def _expandable(shape, desired) -> bool:
     return all(s == d or s == 1 for s, d in zip(reversed(shape), reversed(desired)))
 
 
-def check_grad(name: str, index: int, grad, shape, dtype):
+def check_grad(name: str, index: int, grad, shape, dtype, device=None):
     """The engine's `validate_outputs` for one gradient: sum a broadcast gradient down to the
-    input's shape, cast to its dtype; a shape that cannot be summed down is an error."""
+    input's shape, cast to its dtype; a shape that cannot be summed down, or another device,
+    is an error."""
     if grad is None:
         return None
+    if device is not None and grad.device != device:
+        raise RuntimeError(f"Function {name} returned an invalid gradient at index {index} - expected device "
+                           f"{device} but got {grad.device}")
     if tuple(grad.shape) != tuple(shape):
         if not _expandable(tuple(shape), tuple(grad.shape)):
             raise RuntimeError(f"Function {name} returned an invalid gradient at index {index} - got "
@@ -227,10 +257,11 @@ def check_grad(name: str, index: int, grad, shape, dtype):
     return grad
 
 
-def expect_grad(name: str, index: int, grad, shape, dtype, may_be_none: bool = False):
+def expect_grad(name: str, index: int, grad, shape, dtype, device, may_be_none: bool = False):
     """`check_grad` for a result the graph was captured to receive: a Python backward or an
     untraced node that returns None there has changed what the graph is for, unless the
-    gradient goes straight into `.grad` (`may_be_none`: None then accumulates nothing)."""
+    gradient goes straight into `.grad` (`may_be_none`: None then accumulates nothing). The
+    graph was traced with a contiguous tensor here, so it gets one (same values)."""
     if grad is None and not may_be_none:
         from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
@@ -238,7 +269,8 @@ def expect_grad(name: str, index: int, grad, shape, dtype, may_be_none: bool = F
             "autograd captured this backward; the captured graph cannot skip that gradient. Return zeros "
             "there (e.g. `torch.zeros_like(x)`), or run this backward outside "
             "`aotgrad.compiled_autograd.enable`.")
-    return check_grad(name, index, grad, shape, dtype)
+    grad = check_grad(name, index, grad, shape, dtype, device)
+    return grad.contiguous() if grad is not None else None
 
 
 def clear(values: list) -> None:

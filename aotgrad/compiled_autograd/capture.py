@@ -22,6 +22,7 @@ from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd.hooks import tensor_positions
 from aotgrad.compiled_autograd.collect import ACCUMULATE, AOTGRAD, CUSTOM, TRACED, Collected, StepPlan
 from aotgrad.compiled_autograd.dynamic import FORMULAS, Symbols
+from aotgrad.compiled_autograd.saved import EagerFallback
 from aotgrad.compiled_autograd.walk import Walk
 from aotgrad.trace import GraphRecorder
 
@@ -150,11 +151,10 @@ def _before_node(builder: _Builder, plan: StepPlan, step, where: _Objects, grads
     if step.runs:  # a node that also runs hands autograd.grad its gradient before the hooks
         for slot, k in step.captures:
             results[k] = grads[slot]
-    for (slot, _), index in zip(hooks.tensor, where.tensor):
-        if grads[slot] is not None:
-            out = _like(builder, [grads[slot]])[0]
-            builder.call(calls.tensor_hooks, (builder.object(index), grads[slot]), out)
-            grads[slot] = out
+    for (slot, _), index in zip(hooks.tensor, where.tensor):  # run with no gradient too, as in eager
+        out = _like(builder, [grads[slot]])[0]
+        builder.call(calls.tensor_hooks, (builder.object(index), grads[slot]), out)
+        grads[slot] = out
     for (slot, _), index in zip(hooks.retain, where.retain):
         builder.call(calls.retain_grad, (builder.object(index), grads[slot]))
     if not step.runs:
@@ -214,8 +214,8 @@ def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, 
         return outputs
     if plan.kind is ACCUMULATE:
         post = None if where.post_accumulate is None else builder.object(where.post_accumulate)
-        may_steal = grads[0] is not None and _is_graph_temporary(builder, grads[0])
-        builder.call(calls.accumulate_grad, (builder.object(where.node), grads[0], may_steal, post))
+        # may it take the graph's tensor as `.grad`? decided when the graph is complete (_exclusive)
+        builder.call(calls.accumulate_grad, (builder.object(where.node), grads[0], False, post))
         return []
     if plan.kind is AOTGRAD:
         return _aotgrad_backward(builder, node, grads, fakes)
@@ -236,6 +236,10 @@ def _aotgrad_backward(builder: _Builder, ctx, grads: list, saved: list) -> list:
     from aotgrad.partition.absent_tangents import without_tangents
     from aotgrad.runtime.function import _coerce_tangent
     plan = ctx.plan
+    errors = [message for j, message in plan.backward_errors.items() if grads[j] is not None]
+    if errors:  # CompiledFunction.backward raises here (a gradient into what cannot take one)
+        builder.call(calls.raise_error, (errors[0],))
+        return [None] * len(ctx.next_functions)
     absent = tuple(k for k, j in enumerate(plan.tangent_sources) if grads[j] is None)
     gm = plan.backward_graph
     if absent:
@@ -253,10 +257,25 @@ def _aotgrad_backward(builder: _Builder, ctx, grads: list, saved: list) -> list:
     return [input_grads[p - 1] for p in positions]
 
 
-def _is_graph_temporary(builder: _Builder, grad: torch.Tensor) -> bool:
-    """Made by an aten op inside the graph (not an input, not a hook's or a call's result)."""
-    node = builder.recorder.node_of(grad)
-    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+def _mark_exclusive_gradients(graph: fx.Graph) -> None:
+    """AccumulateGrad may take the graph's own tensor as a fresh `.grad` (eager does when nothing
+    else holds it) only if nothing else in the graph reads it or any tensor it views: an
+    aten op's result whose only user is this accumulation, through single-user views."""
+    for node in graph.nodes:
+        if node.target is calls.accumulate_grad and isinstance(node.args[1], fx.Node):
+            node.args = (node.args[0], node.args[1], _exclusive(node.args[1]), node.args[3])
+
+
+def _exclusive(node: fx.Node) -> bool:
+    while True:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or len(node.users) != 1:
+            return False
+        if not node.target.is_view:
+            return True
+        base = node.args[0]
+        if not isinstance(base, fx.Node):
+            return False
+        node = base
 
 
 def _send(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outputs: list, buffers: list,
@@ -271,13 +290,13 @@ def _send(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outp
         shape = builder.meta_shape(plans[target], slot, meta)
         if plan.kind is TRACED or plan.kind is AOTGRAD:  # traced ops: the check is traced too
             with builder.recording():
-                grad = calls.check_grad(name, i, grad, shape, meta.dtype)
+                grad = calls.check_grad(name, i, grad, shape, meta.dtype, meta.device)
         else:
             out = builder.empty(shape, meta.dtype, meta.device)
             # straight into `.grad` with nothing else summed there: None may come (nothing accumulates)
             may_be_none = walk.steps[target].node.name() == "torch::autograd::AccumulateGrad" and \
                 incoming[edge] == 1 and not plan.hooks.post
-            builder.call(calls.expect_grad, (name, i, grad, shape, meta.dtype, may_be_none), out)
+            builder.call(calls.expect_grad, (name, i, grad, shape, meta.dtype, meta.device, may_be_none), out)
             grad = out
         buffer = buffers[target]
         if buffer[slot] is None:
@@ -304,14 +323,17 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
     builder.graph.call_function(calls.clear, (builder.inputs,))
     builder.bind_sizes()
     buffers = [[None] * len(step.node._input_metadata) for step in walk.steps]
-    for k, root in enumerate(walk.roots):
+    for k, root in enumerate(walk.roots):  # GraphRoot's results, checked as the engine checks them
         if root is not None and fakes[k] is not None:
             target, slot = root
-            if buffers[target][slot] is None:
-                buffers[target][slot] = fakes[k]
-            else:
-                with builder.recording():
-                    buffers[target][slot] = buffers[target][slot] + fakes[k]
+            meta = walk.steps[target].node._input_metadata[slot]
+            shape = builder.meta_shape(collected.plans[target], slot, meta)
+            with builder.recording():
+                grad = calls.check_grad("GraphRoot", k, fakes[k], shape, meta.dtype, meta.device)
+                if buffers[target][slot] is None:
+                    buffers[target][slot] = grad
+                else:
+                    buffers[target][slot] = buffers[target][slot] + grad
     results: list = [None] * walk.num_results
     incoming: dict = {}
     for step in walk.steps:
@@ -333,6 +355,12 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
             _send(builder, walk, collected.plans, step, plan, outputs, buffers, incoming)
         _label(builder.graph, last, plan.label)
     builder.graph.output(tuple(builder.arg(r) if r is not None else None for r in results))
+    _mark_exclusive_gradients(builder.graph)
+    for node in builder.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.layout is not torch.strided:
+            raise EagerFallback(f"a {val.layout} gradient or saved tensor ({node.name}): aotgrad traces dense "
+                                "tensors only")
     for node in list(builder.sizes.users):  # sizes the graph did not read after all
         if not node.users:
             builder.graph.erase_node(node)

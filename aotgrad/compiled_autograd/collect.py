@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
-from aotgrad.compiled_autograd.hooks import tensor_positions
+from aotgrad.compiled_autograd.hooks import output_kinds, tensor_positions
 from aotgrad.compiled_autograd.dynamic import SizeList, symbolic_attributes
 from aotgrad.compiled_autograd.saved import EagerFallback, Slot, hashable, layout_of, take, take_tensors
 from aotgrad.compiled_autograd.walk import Walk
@@ -36,7 +36,7 @@ def kind_of(node) -> str:
     if kind is None:
         name = node.name()
         if hasattr(node, "_forward_cls"):  # (not in the table: classes made on the fly would fill it)
-            return AOTGRAD if node._forward_cls is CompiledFunction else CUSTOM
+            return AOTGRAD if node._forward_cls is CompiledFunction and _inlinable(node.plan) else CUSTOM
         elif name == "torch::autograd::AccumulateGrad":
             kind = ACCUMULATE
         elif "::" in name or name in RUN_AS_IS:
@@ -45,6 +45,20 @@ def kind_of(node) -> str:
             kind = TRACED
         _kinds[node_type] = kind
     return kind
+
+
+_inlinable_plans: dict = {}
+
+
+def _inlinable(plan) -> bool:
+    """Can aotgrad's own backward graph go into the captured graph? Not if it calls out
+    (a `trace_wrapped` hook: its function must run on every backward)."""
+    known = _inlinable_plans.get(id(plan))
+    if known is None or known[0] is not plan:
+        graph = plan.backward_graph
+        ok = graph is not None and not any(type(n.target).__name__ == "TraceWrapped" for n in graph.graph.nodes)
+        known = _inlinable_plans[id(plan)] = (plan, ok)
+    return known[1]
 
 
 class StepPlan:
@@ -72,10 +86,12 @@ class StepPlan:
 
 @dataclass
 class Collected:
+    """One backward call's graph inputs, its objects, and its key (structure + sizes)."""
     plans: list[StepPlan]
     inputs: list           # real tensors
     objects: list
     slots: list[Slot]      # every saved tensor taken over (released after the run)
+    keeps_state: list      # nodes that keep saved state aotgrad cannot release (marked freed after)
     structure: tuple       # the key, less its sizes
     sizes: SizeList        # the key's sizes (dims, saved size values), each may become a symbol
     input_dims: list[int]  # per input: where its dims start in `sizes`
@@ -98,7 +114,10 @@ class _Same:
 def _step_key(step, index: int, kind: str, node, plan: StepPlan, values: tuple, sizes: SizeList,
               input_dims: list) -> tuple:
     """The structure of one step; its sizes go into `sizes` (and `plan`/`input_dims` say where)."""
-    node_class = node._forward_cls if kind is CUSTOM else _Same(node.plan) if kind is AOTGRAD else type(node)
+    if kind is CUSTOM:  # also which arguments are tensors, which outputs differentiable
+        node_class = (node._forward_cls, tensor_positions(node), output_kinds(node))
+    else:
+        node_class = _Same(node.plan) if kind is AOTGRAD else type(node)
     saved = []
     for slot in plan.saved:
         if slot is not None:
@@ -110,7 +129,7 @@ def _step_key(step, index: int, kind: str, node, plan: StepPlan, values: tuple, 
     metadata = []
     for m in node._input_metadata:
         plan.meta_dims.append(sizes.add(m.shape, index))
-        metadata.append((len(m.shape), m.dtype))
+        metadata.append((len(m.shape), m.dtype, m.device))
     return (node_class, step.runs, tuple(step.edges), tuple(step.captures), plan.hooks.shape(), values,
             tuple(saved), tuple(metadata))
 
@@ -152,6 +171,14 @@ def _take_ctx_tensors(ctx) -> list:
 
 
 def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
+    """Everything one backward call hands its graph, and the graph's key (module docstring).
+    Takes over the saved tensors of every node that runs (saved.py).
+
+        before: loss = (x.sin() * w).sum()
+        after:  plans [SumBackward0 traced, MulBackward0 traced (saved sin, w), SinBackward0
+                traced (saved x), AccumulateGrad(w), AccumulateGrad(x)]; inputs [1.0, sin, w, x];
+                objects [w, x]; structure + sizes (the dims of each saved tensor and gradient)
+    """
     probe = hook_lookup.node_hooks_may_exist()
     retaining = hook_lookup.retaining_by_node()
     inputs = list(root_grads)
@@ -201,7 +228,9 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         objects.extend(node_hooks.callables())
         plans.append(plan)
         key.append(_step_key(step, index, kind, node, plan, values, sizes, input_dims))
-    return Collected(plans, inputs, objects, slots, tuple(key), sizes, input_dims)
+    keeps_state = [p.node for p in plans if p.kind is OPAQUE and walk.steps[p.index - 1].runs
+                   or any(s is not None and not s.owned for s in p.saved)]
+    return Collected(plans, inputs, objects, slots, keeps_state, tuple(key), sizes, input_dims)
 
 
 def release(collected: Collected) -> None:

@@ -20,6 +20,7 @@ from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.compiled_autograd import cache as graph_cache
+from aotgrad.compiled_autograd import calls
 from aotgrad.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
 from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
@@ -68,6 +69,7 @@ class _Engine:
 
 
 def install() -> None:
+    """Put `_Engine` in place of PyTorch's engine object (once for all enabled contexts)."""
     global _active, _original_engine
     with _lock:
         if _active == 0:
@@ -77,6 +79,7 @@ def install() -> None:
 
 
 def uninstall() -> None:
+    """Give PyTorch's engine object back when the last enabled context exits."""
     global _active
     with _lock:
         _active -= 1
@@ -132,6 +135,10 @@ class CompiledAutograd:
         entry = graph_cache.lookup(self.compiler_fn, collected.structure, collected.sizes.values)
         if entry is None:
             entry = self._capture_and_compile(graph, collected)
+        if entry.compiled is None:  # this structure could not be captured: the eager engine runs it
+            graph_cache.count("eager_fallbacks")
+            return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
+                                       accumulate_grad)
         results = self._call(entry.compiled, collected, keep_graph)
         if not accumulate_grad:
             unused = [i for i, r in enumerate(results) if r is None]
@@ -146,13 +153,14 @@ class CompiledAutograd:
                                                     collected.plans)
         for reason in reasons:
             log.debug("Cache miss due to %s", reason)
-        gm, guards = capture(graph, collected, dynamic)
-        if guards is not None and guards.specialized:  # the trace fixed some symbols: capture them static
-            for i in sorted(guards.specialized):
-                log.debug("size idx %d of %s stays static: the trace needs its value", i,
-                          graph_cache._owner(collected.plans, collected.sizes.owners[i]))
-            dynamic = dynamic - guards.specialized
-            gm, guards = capture(graph, collected, dynamic)
+        try:
+            gm, guards, dynamic = self._capture(graph, collected, dynamic)
+        except Exception as e:  # noqa: BLE001 - any failure to trace: eager runs it, and says why
+            log.warning("compiled autograd: this backward runs on PyTorch's engine: capturing it failed with "
+                        "%s: %s", type(e).__name__, e)
+            entry = graph_cache.Entry(None, list(collected.sizes.values), frozenset(), None)
+            graph_cache.store(self.compiler_fn, collected.structure, entry)
+            return entry
         graph_cache.count("captures")
         if log.isEnabledFor(logging.DEBUG):
             for plan in collected.plans:
@@ -164,9 +172,23 @@ class CompiledAutograd:
         graph_cache.store(self.compiler_fn, collected.structure, entry)
         return entry
 
+    def _capture(self, graph, collected, dynamic: frozenset):
+        """Capture with symbols at `dynamic`; sizes the trace fixes to a constant are captured
+        again as constants, until none is (each round drops at least one)."""
+        while True:
+            gm, guards = capture(graph, collected, dynamic)
+            if guards is None or not guards.specialized:
+                return gm, guards, dynamic
+            for i in sorted(guards.specialized):
+                log.debug("size idx %d of %s stays static: the trace needs its value", i,
+                          graph_cache.owner_label(collected.plans, collected.sizes.owners[i]))
+            dynamic = dynamic - guards.specialized
+
     def _call(self, compiled, collected, keep_graph: bool) -> list:
         if not keep_graph:  # the graph's input list then holds the only reference: freed as it goes
             release(collected)
+            for node in collected.keeps_state:  # a second backward through them raises eager's error
+                node.register_prehook(calls.freed)
         _local.callbacks = callbacks = []
         try:
             with torch.no_grad():
@@ -184,10 +206,12 @@ class CompiledAutograd:
 
 
 def push(context: CompiledAutograd) -> None:
+    """Make `context` this thread's innermost enabled compiled autograd."""
     _stack().append(context)
 
 
 def pop(context: CompiledAutograd) -> None:
+    """Leave `context` (the innermost one)."""
     stack = _stack()
     assert stack and stack[-1] is context, "compiled_autograd.enable contexts exited out of order"
     stack.pop()

@@ -4,7 +4,7 @@ Where each kind lives and how aotgrad finds it:
   node pre/post hooks      the node's own dict: registering a no-op hook returns a handle
                            whose `hooks_dict_ref()` is that dict (the no-op is removed)
   tensor hooks, non-leaf   inside the C++ node, out of Python's reach: `Tensor.register_hook`
-                           is wrapped when aotgrad is imported, and adds a `_TensorHooks`
+                           is wrapped when aotgrad is imported, and adds a `TensorHooksMarker`
                            marker pre-hook (a no-op in eager) carrying the tensor's hook dict
   retain_grad, non-leaf    `Tensor.retain_grad` is wrapped: live tensors that retain grad
   leaf hooks               on the leaf: `_backward_hooks`, `_post_accumulate_grad_hooks`
@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.function import _is_setup_context_defined
 
-_state = threading.local()
+_lock = threading.Lock()
 _node_hook_dicts: list = []   # weakrefs to every node hook dict ever made (pruned as they die)
 _retaining: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
 _installed = False
 _AUTOGRAD_GRAPH_FILE = torch.autograd.graph.__file__
 
 
-class _TensorHooks:
+class TensorHooksMarker:
     """Marker pre-hook: node output `output_nr` has the tensor hooks in `hooks` (a dict the
     tensor and the C++ node share). Returns None: in eager it changes nothing."""
 
@@ -40,14 +40,15 @@ class _TensorHooks:
         return None
 
     def __repr__(self):
-        return f"_TensorHooks(output {self.output_nr}, {len(self.hooks)} hooks)"
+        return f"TensorHooksMarker(output {self.output_nr}, {len(self.hooks)} hooks)"
 
 
 def _recording_register_hook_dict(original):
     def _register_hook(backward_hooks, hook):
         result = original(backward_hooks, hook)
-        if backward_hooks is None and not getattr(_state, "probing", False):
-            _node_hook_dicts.append(weakref.ref(result[0]))
+        if backward_hooks is None:  # a node's first hook dict (also one a probe makes: a later hook lands in it)
+            with _lock:
+                _node_hook_dicts.append(weakref.ref(result[0]))
         return result
     return staticmethod(_register_hook)
 
@@ -57,7 +58,7 @@ def _recording_tensor_register_hook(original):
         handle = original(self, hook)
         hooks = self._backward_hooks
         if self.grad_fn is not None and getattr(self, "_aotgrad_marked_hooks", None) is not hooks:
-            self.grad_fn.register_prehook(_TensorHooks(self.output_nr, hooks))
+            self.grad_fn.register_prehook(TensorHooksMarker(self.output_nr, hooks))
             self._aotgrad_marked_hooks = hooks
         return handle
     register_hook.__doc__ = original.__doc__
@@ -147,8 +148,9 @@ def install() -> None:
 
 def node_hooks_may_exist() -> bool:
     """Is any node hook dict alive and non-empty? (If not, no node needs probing.)"""
-    alive = [ref for ref in _node_hook_dicts if ref() is not None]
-    _node_hook_dicts[:] = alive
+    with _lock:
+        alive = [ref for ref in _node_hook_dicts if ref() is not None]
+        _node_hook_dicts[:] = alive
     return any(ref() for ref in alive)
 
 
@@ -157,11 +159,7 @@ def _noop(*args):
 
 
 def _node_dict(register) -> OrderedDict | None:
-    _state.probing = True
-    try:
-        handle = register(_noop)
-    finally:
-        _state.probing = False
+    handle = register(_noop)
     hooks = handle.hooks_dict_ref()
     handle.remove()
     return hooks or None
@@ -227,7 +225,7 @@ def hooks_of(node, leaf, probe: bool, retaining: dict) -> NodeHooks:
         pre_dict = _node_dict(node.register_prehook)
         if pre_dict:
             for hook in pre_dict.values():
-                if isinstance(hook, _TensorHooks):
+                if isinstance(hook, TensorHooksMarker):
                     if hook.hooks:
                         tensor.append((hook.output_nr, hook.hooks))
                 else:

@@ -9,6 +9,7 @@ once the backward released it (retain_graph=False), when unpacking raises eager'
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -52,11 +53,11 @@ class Slot:
             self.freed = True
 
 
-_packed: list = [None]  # the slot `_pack` made last (read back without another call into the node)
+_packed = threading.local()  # .slot: the slot `_pack` made last on this thread (read back directly)
 
 
 def _pack(t: torch.Tensor) -> Slot:
-    slot = _packed[0] = Slot(t)
+    slot = _packed.slot = Slot(t)
     return slot
 
 
@@ -96,7 +97,7 @@ def take(raw, node, name: str, index: int | None = None) -> Slot | None:
     if _read(node, name, index) is None:
         return None
     raw.register_hooks(_pack, _unpack)
-    return _packed[0]
+    return _packed.slot
 
 
 def _read(node, name: str, index: int | None):
@@ -120,6 +121,7 @@ _layouts: dict[type, SavedLayout] = {}
 
 
 def layout_of(node_type: type) -> SavedLayout:
+    """The SavedLayout of a C++ node class (worked out once per class)."""
     layout = _layouts.get(node_type)
     if layout is None:
         layout = _layouts[node_type] = SavedLayout(node_type)

@@ -30,6 +30,8 @@ class Step:
 
 @dataclass
 class Walk:
+    """One backward call's schedule: the steps in the engine's order and where the roots'
+    gradients enter."""
     steps: list[Step]
     roots: list                    # per root gradient: (step index, input slot)
     num_results: int               # autograd.grad: gradients returned (one per input)
@@ -142,58 +144,14 @@ def walk(root_edges: list[GradientEdge], input_edges: list[GradientEdge] | None,
     after:  steps: SumBackward0 -> MulBackward0 -> AccumulateGrad(w) -> AccumulateGrad(x)
             (each step's `edges` say which later step and slot gets each gradient)
     """
-    root_nodes = [edge.node for edge in root_edges]
-    order, dependencies, next_edges = _reachable(root_nodes)
+    order, dependencies, next_edges = _reachable([edge.node for edge in root_edges])
     targets: dict = {}
+    should_run = None  # every node runs (no inputs=)
     if input_edges:
         for i, edge in enumerate(input_edges):
             targets.setdefault(edge.node, []).append((edge.output_nr, i))
         should_run = _should_run(order, next_edges, set(targets))
-    else:
-        should_run = None
-
-    steps: list[Step] = []
-    index_of: dict = {}
-
-    def step_of(node) -> int:
-        i = index_of.get(node)
-        if i is None:
-            i = index_of[node] = len(steps)
-            # autograd.grad's targets are only read, unless a path to another target passes them
-            runs = should_run is None or (node in should_run and (
-                accumulate_grad or node not in targets or _has_running_child(node, next_edges, should_run)))
-            captures = [] if accumulate_grad else list(targets.get(node, ()))
-            steps.append(Step(node, runs, captures))
-        return i
-
-    heap = _EngineHeap()
-    for edge in root_edges:  # GraphRoot runs first: each root edge is one dependency met
-        node = edge.node
-        dependencies[node] -= 1
-        if dependencies[node] == 0 and (should_run is None or node in should_run):
-            heap.push(node._sequence_nr(), node)
-    if should_run is None:  # every node runs (the common case: no inputs=)
-        while heap:
-            node = heap.pop()
-            index_of[node] = len(steps)
-            steps.append(Step(node, True, []))
-            for child, _ in next_edges[node]:
-                if child is not None:
-                    dependencies[child] -= 1
-                    if dependencies[child] == 0:
-                        heap.push(child._sequence_nr(), child)
-    while heap:
-        node = heap.pop()
-        step = steps[step_of(node)]
-        if not step.runs:
-            continue
-        for child, _ in next_edges[node]:
-            if child is None:
-                continue
-            dependencies[child] -= 1
-            if dependencies[child] == 0 and (should_run is None or child in should_run):
-                heap.push(child._sequence_nr(), child)
-
+    steps, index_of = _schedule(root_edges, dependencies, next_edges, should_run, targets, accumulate_grad)
     for step in steps:
         if step.runs:
             step.edges = [None if child is None or child not in index_of else (index_of[child], slot)
@@ -206,6 +164,35 @@ def walk(root_edges: list[GradientEdge], input_edges: list[GradientEdge] | None,
         num_results=num_results,
         unreachable=[i for i in range(num_results) if i not in reached],
     )
+
+
+def _schedule(root_edges, dependencies: dict, next_edges: dict, should_run: set | None, targets: dict,
+              accumulate_grad: bool) -> tuple[list[Step], dict]:
+    """The steps in the order the engine's ready queue gives them: a node is ready when every
+    edge into it has delivered (GraphRoot's included)."""
+    steps: list[Step] = []
+    index_of: dict = {}
+    heap = _EngineHeap()
+    for edge in root_edges:  # GraphRoot runs first: each root edge is one dependency met
+        node = edge.node
+        dependencies[node] -= 1
+        if dependencies[node] == 0 and (should_run is None or node in should_run):
+            heap.push(node._sequence_nr(), node)
+    while heap:
+        node = heap.pop()
+        # autograd.grad's targets are only read, unless a path to another target passes them
+        runs = should_run is None or accumulate_grad or node not in targets or \
+            _has_running_child(node, next_edges, should_run)
+        index_of[node] = len(steps)
+        steps.append(Step(node, runs, [] if accumulate_grad else list(targets.get(node, ()))))
+        if not runs:
+            continue
+        for child, _ in next_edges[node]:
+            if child is not None:
+                dependencies[child] -= 1
+                if dependencies[child] == 0 and (should_run is None or child in should_run):
+                    heap.push(child._sequence_nr(), child)
+    return steps, index_of
 
 
 def _has_running_child(node, next_edges: dict, should_run: set) -> bool:

@@ -244,3 +244,47 @@ def test_returning_none_where_the_capture_got_a_gradient_is_a_clear_error():
         (ReturnsNone.apply(x * 1, False) * 2).sum().backward()  # the gradient flows on into MulBackward0
         with pytest.raises(aotgrad.errors.UnsupportedError, match="returned no gradient"):
             (ReturnsNone.apply(x * 1, True) * 2).sum().backward()
+
+
+class Weighted(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, c):
+        tensors = [t for t in (a, b, c) if isinstance(t, torch.Tensor)]
+        ctx.tensor_args = [isinstance(t, torch.Tensor) for t in (a, b, c)]
+        return tensors[0] * 2 + tensors[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        grads = iter([g * 2, g])
+        return tuple(next(grads) if is_tensor else None for is_tensor in ctx.tensor_args)
+
+
+def test_non_tensor_argument_in_another_position_is_another_graph():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        y = torch.randn(3, requires_grad=True)
+        Weighted.apply(x, 2.0, y).sum().backward()
+        Weighted.apply(x, y, 2.0).sum().backward()
+        return [x.grad, y.grad]
+
+    check(fn, captures=2)
+
+
+class NonContiguousGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g.t().contiguous().t() * 2)  # same values, transposed memory
+
+
+def test_a_non_contiguous_gradient_from_a_custom_backward_flows_on():
+    def fn():
+        base = torch.randn(12, requires_grad=True)
+        x = base.view(3, 4)
+        NonContiguousGrad.apply(x).pow(2).sum().backward()
+        return [base.grad]
+
+    check(fn)

@@ -325,3 +325,79 @@ def test_custom_function_saved_input_modified_in_place_is_eagers_error():
     with compiled_autograd.enable(nop_compiler):
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
+
+
+def test_a_gradient_two_leaves_share_is_copied_not_taken_twice():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        y = torch.randn(3, requires_grad=True)
+        ((x + y) * 3).sum().backward()  # AddBackward0 hands one tensor to both leaves
+        shared = x.grad.data_ptr() == y.grad.data_ptr()
+        ((x + y) * 3).sum().backward()
+        return [x.grad, y.grad, shared]
+
+    assert check(fn)[2] is False
+
+
+def test_post_accumulate_hook_writing_one_grad_does_not_touch_another():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        w = torch.randn(3, requires_grad=True)
+        def zero(p):
+            p.grad.mul_(0)
+
+        w.register_post_accumulate_grad_hook(zero)
+        ((2 * x + w) * 3).sum().backward()
+        return [x.grad, w.grad]
+
+    check(fn)
+
+
+@pytest.mark.parametrize("make", ["prod", "copy_slices", "saved_tensors_hooks"])
+def test_second_backward_through_state_aotgrad_cannot_free_is_eagers_error(make):
+    def build(x):
+        if make == "prod":
+            return x.prod()  # run as is: its saved tensors stay in the node
+        if make == "copy_slices":
+            y = x * 1
+            y[1:].mul_(2)
+            return y.sum()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            return (x * x).sum()
+
+    x = torch.randn(3, requires_grad=True)
+    y = build(x)
+    y.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+    x2 = torch.randn(3, requires_grad=True)
+    y2 = build(x2)
+    with compiled_autograd.enable(nop_compiler):
+        y2.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            y2.backward()
+
+
+def test_root_gradient_of_another_dtype_is_cast_as_in_eager():
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        y = x * 2
+        y.retain_grad()
+        y.backward(torch.ones(3, dtype=torch.float64))
+        return [x.grad, y.grad, y.grad.dtype]
+
+    check(fn)
+
+
+def test_sparse_gradients_run_on_the_eager_engine():
+    compiled_autograd.reset()
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    idx = torch.tensor([1, 2, 2])
+    emb(idx).sum().backward()
+    expected = emb.weight.grad.to_dense().clone()
+    emb.weight.grad = None
+    with compiled_autograd.enable(nop_compiler):
+        emb(idx).sum().backward()
+    assert torch.equal(emb.weight.grad.to_dense(), expected)
+    assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] >= 1

@@ -181,3 +181,31 @@ def test_hook_result_of_the_wrong_size_is_eagers_error():
     with compiled_autograd.enable(nop_compiler):
         with pytest.raises(RuntimeError, match="has changed the size of value"):
             y.sum().backward()
+
+
+def test_tensor_hook_runs_with_no_gradient_as_in_eager():
+    def fn():
+        seen = []
+        x = torch.randn(2, 3, requires_grad=True)
+        a, b = x.unbind(0)
+        b.register_hook(lambda g: seen.append(g))
+        a.sum().backward()
+        return [x.grad, seen]
+
+    check(fn)
+
+
+def test_node_hook_results_get_eagers_checks():
+    import pytest
+    cases = [(lambda gs: (gs[0][:1],), RuntimeError, "has changed the size of value"),
+             (lambda gs: gs[0], TypeError, "expected tuple, but hook returned 'Tensor'"),
+             (lambda gs: (gs[0], gs[0]), RuntimeError, "incorrect number of values")]
+    for hook, error, message in cases:
+        for compiled in (False, True):
+            x = torch.randn(3, requires_grad=True)
+            w = torch.randn(3, requires_grad=True)
+            y = x * w
+            y.grad_fn.register_prehook(hook)
+            with compiled_autograd.enable(nop_compiler) if compiled else torch.enable_grad():
+                with pytest.raises(error, match=message):
+                    y.sum().backward()
