@@ -193,15 +193,19 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         roots.append(meta)
         input_dims.append(start)
     key: list = [accumulate_grad, walk.num_results, tuple(walk.roots), tuple(roots)]
+    keeps_state: list = []
+    no_hooks = hook_lookup.NO_HOOKS
     for index, step in enumerate(walk.steps, start=1):
         node = step.node
         kind = kind_of(node)
         leaf = node.variable if kind is ACCUMULATE else None
-        node_hooks = hook_lookup.hooks_of(node, leaf, probe, retaining)
-        if node_hooks is not hook_lookup.NO_HOOKS:
-            reason = node_hooks.needs_engine()
+        if probe or leaf is not None or retaining:
+            node_hooks = hook_lookup.hooks_of(node, leaf, probe, retaining)
+            reason = node_hooks.needs_engine() if node_hooks is not no_hooks else None
             if reason:
                 raise EagerFallback(reason)
+        else:
+            node_hooks = no_hooks
         plan = StepPlan(kind, node_hooks, len(inputs), len(objects), node, index)
         values: tuple = ()
         if step.runs:
@@ -222,14 +226,17 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
                 objects.append(leaf)
             else:
                 objects.append(node)
-        lifted = [s for s in plan.saved if s is not None]
-        slots.extend(lifted)
-        inputs.extend(s.value for s in lifted)
-        objects.extend(node_hooks.callables())
+                keeps_state.append(node)  # run as is: its saved state stays in it
+        for slot in plan.saved:
+            if slot is not None:
+                slots.append(slot)
+                inputs.append(slot.value)
+                if not slot.owned and (not keeps_state or keeps_state[-1] is not node):
+                    keeps_state.append(node)  # the user's saved_tensors_hooks hold this one
+        if node_hooks is not no_hooks:
+            objects.extend(node_hooks.callables())
         plans.append(plan)
         key.append(_step_key(step, index, kind, node, plan, values, sizes, input_dims))
-    keeps_state = [p.node for p in plans if p.kind is OPAQUE and walk.steps[p.index - 1].runs
-                   or any(s is not None and not s.owned for s in p.saved)]
     return Collected(plans, inputs, objects, slots, keeps_state, tuple(key), sizes, input_dims)
 
 
