@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import aotgrad
 from aotgrad.errors import AotgradError
@@ -267,11 +269,56 @@ def _run_eager_partial(f: Callable, make_inputs: Callable, seed: int) -> Partial
     return PartialBackward(subset, weights, record, grads)
 
 
+def _offsets(t: torch.Tensor) -> set[int]:
+    """The storage elements a (small) tensor covers."""
+    offsets = {t.storage_offset()}
+    for size, stride in zip(t.shape, t.stride()):
+        offsets = {o + i * stride for o in offsets for i in range(size)}
+    return offsets if t.numel() else set()
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.storage_offset() == b.storage_offset() and a.shape == b.shape and a.stride() == b.stride()
+
+
+class _PartialOverlapCheck(TorchDispatchMode):
+    """Rejects a program whose in-place op reads memory that it writes, other than as the
+    very same view (`a.mul_(a)` is fine): `a.mul_(a.chunk(3, -1)[0])` reads elements the
+    kernel may already have written, so eager's values depend on the kernel's order."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        schema = func._schema
+        values = list(args) + [kwargs.get(a.name) for a in schema.arguments[len(args):]]
+        written = [v for a, v in zip(schema.arguments, values)
+                   if isinstance(v, torch.Tensor) and a.alias_info is not None and a.alias_info.is_write]
+        for w in written:
+            for r in pytree.tree_leaves(values):
+                if not isinstance(r, torch.Tensor) or r is w or w.numel() > 4096 or r.numel() > 4096:
+                    continue
+                if r.untyped_storage().data_ptr() != w.untyped_storage().data_ptr() or _same_view(r, w):
+                    continue
+                if _offsets(r) & _offsets(w):
+                    raise EagerRejected(f"{func} reads part of the memory it writes: eager's values depend on "
+                                        "the kernel's order")
+        return func(*args, **kwargs)
+
+
 def run_eager(f: Callable, make_inputs: Callable, seed: int = 0) -> Outcome:
-    """Eager's record; EagerRejected if eager raises anywhere (forward, backward). `seed`
-    picks the outputs of the partial backward (`grad_subset`)."""
+    """Eager's record; EagerRejected if eager raises anywhere (forward, backward), or if its
+    values are not defined (an in-place op reading part of what it writes). `seed` picks the
+    outputs of the partial backward (`grad_subset`)."""
     args, leaves = make_inputs()
     versions = [a._version for a in args]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with _PartialOverlapCheck():
+                f(*make_inputs()[0])
+        except EagerRejected:
+            raise
+        except Exception as e:
+            raise EagerRejected(f"{type(e).__name__}: {e}") from e
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

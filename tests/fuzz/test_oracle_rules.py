@@ -78,3 +78,36 @@ def test_leaf_of_special_values_prints_runs_and_shrinks():
     assert "l0 = torch.randn((2, 2), requires_grad=True)" in leaves
     assert "l0 = torch.tensor([[0.0, torch.inf], [1.0, 0.0]], requires_grad=True)" in leaves
     assert "l0 = torch.tensor([[0.0, torch.inf]], requires_grad=True)" in leaves
+
+
+def test_an_in_place_op_reading_part_of_what_it_writes_is_rejected():
+    """`v.mul_(v.chunk(3, -1)[0])`: the kernel reads elements it may have written already, so
+    eager's values depend on its order; such programs are not test cases. Disjoint views
+    (`v[0].add_(v[1])`) and the very same view (`v.add_(v)`) are fine."""
+    import pytest
+    from tests.fuzz.oracle import EagerRejected, run_eager
+
+    def make_inputs():
+        torch.manual_seed(0)
+        leaf = torch.randn(2, 3, requires_grad=True)
+        return [leaf * 1], [leaf]
+
+    def partial_overlap(a):
+        v = a.clone()
+        v.mul_(v.chunk(3, -1)[0])
+        return (v,)
+
+    def disjoint(a):
+        v = a.clone()
+        v[0].add_(v[1])
+        return (v * 2,)
+
+    def same_view(a):
+        v = a.clone()
+        v.add_(v)
+        return (v,)
+
+    with pytest.raises(EagerRejected, match="reads part of the memory it writes"):
+        run_eager(partial_overlap, make_inputs)
+    run_eager(disjoint, make_inputs)
+    run_eager(same_view, make_inputs)
