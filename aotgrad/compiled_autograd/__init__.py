@@ -32,7 +32,7 @@ def enable(compiler_fn: Callable):
     `aotgrad.config.compiled_autograd_verbose` is read here."""
     from aotgrad import config
     verbose = bool(config.compiled_autograd_verbose)
-    context = engine.CompiledAutograd(compiler_fn, verbose=verbose)
+    context = engine.CompiledAutograd(compiler_fn)
     with _verbose_logging(verbose):
         engine.install()
         engine.push(context)

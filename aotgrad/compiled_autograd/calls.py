@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from aotgrad.analysis import is_dense_layout
+
 
 def _hook_name(hook) -> str:
     return getattr(hook, "__name__", None) or repr(hook)
@@ -113,13 +115,7 @@ def raise_error(message: str) -> None:
 
 
 def _is_dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: some permutation of its dims is contiguous."""
-    expected = 1
-    for size, stride in sorted((d for d in zip(t.shape, t.stride()) if d[0] != 1), key=lambda d: d[1]):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return is_dense_layout(t.shape, t.stride())
 
 
 def _obeys_layout(grad: torch.Tensor, variable: torch.Tensor) -> bool:

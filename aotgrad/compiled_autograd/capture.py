@@ -44,10 +44,6 @@ class _Builder:
     def recording(self):
         return _Recording(self)
 
-    def fake(self, value: torch.Tensor) -> torch.Tensor:
-        with _disable_current_modes():
-            return self.fake_mode.from_tensor(value)
-
     def empty(self, shape, dtype, device) -> torch.Tensor:
         with _disable_current_modes(), self.fake_mode:
             return torch.empty(shape, dtype=dtype, device=device)
@@ -306,7 +302,7 @@ def _send(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outp
                 buffer[slot] = buffer[slot] + grad
 
 
-def _label(graph: fx.Graph, after: fx.Node, label: str) -> None:
+def _label(after: fx.Node, label: str) -> None:
     node = after.next
     while node.op != "root":
         node.meta["autograd_node"] = label
@@ -353,7 +349,7 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
                 builder.call(calls.post_hooks, (builder.object(where.post), outputs, grads), out)
                 outputs = out
             _send(builder, walk, collected.plans, step, plan, outputs, buffers, incoming)
-        _label(builder.graph, last, plan.label)
+        _label(last, plan.label)
     builder.graph.output(tuple(builder.arg(r) if r is not None else None for r in results))
     _mark_exclusive_gradients(builder.graph)
     for node in builder.graph.nodes:

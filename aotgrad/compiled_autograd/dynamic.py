@@ -21,6 +21,8 @@ from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
+from aotgrad.analysis import is_dense_layout
+
 
 _CONTIGUOUS: dict[int, tuple] = {}
 
@@ -36,15 +38,7 @@ def layout(t: torch.Tensor) -> tuple:
         if known is None:
             known = _CONTIGUOUS[n] = ("dense", tuple(reversed(range(n))), ())  # as below, for contiguous
         return known
-    pairs = [(s, st) for s, st in zip(t.shape, t.stride())]
-    expected = 1
-    dense = True
-    for size, stride in sorted((p for p in pairs if p[0] != 1), key=lambda p: p[1]):
-        if stride != expected:
-            dense = False
-            break
-        expected *= size
-    if dense and t.storage_offset() == 0:
+    if t.storage_offset() == 0 and is_dense_layout(t.shape, t.stride()):
         return ("dense", tuple(sorted(range(t.dim()), key=lambda d: (t.stride(d), -d))),
                 tuple(d for d, s in enumerate(t.shape) if s == 1))
     return ("strided", t.stride(), t.storage_offset())

@@ -107,11 +107,10 @@ def _eager_reason(tensors, grad_tensors, create_graph, inputs) -> str | None:
 
 
 class CompiledAutograd:
-    """One `enable(compiler_fn)` context: its compiler and whether it logs verbosely."""
+    """One `enable(compiler_fn)` context: its compiler."""
 
-    def __init__(self, compiler_fn: Callable, verbose: bool):
+    def __init__(self, compiler_fn: Callable):
         self.compiler_fn = compiler_fn
-        self.verbose = verbose
 
     def run_backward(self, engine, tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                      accumulate_grad):
@@ -127,16 +126,15 @@ class CompiledAutograd:
                 collected = collect(graph, list(grad_tensors), accumulate_grad)
             except EagerFallback as e:
                 reason = str(e)
+        if reason is None:
+            entry = graph_cache.lookup(self.compiler_fn, collected.structure, collected.sizes.values)
+            if entry is None:
+                entry = self._capture_and_compile(graph, collected)
+            if entry.compiled is None:
+                reason = "this structure could not be captured (logged when it was tried)"
         if reason is not None:
             graph_cache.count("eager_fallbacks")
             log.info("compiled autograd: running this backward eagerly: %s", reason)
-            return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
-                                       accumulate_grad)
-        entry = graph_cache.lookup(self.compiler_fn, collected.structure, collected.sizes.values)
-        if entry is None:
-            entry = self._capture_and_compile(graph, collected)
-        if entry.compiled is None:  # this structure could not be captured: the eager engine runs it
-            graph_cache.count("eager_fallbacks")
             return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                                        accumulate_grad)
         results = self._call(entry.compiled, collected, keep_graph)
