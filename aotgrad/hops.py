@@ -53,9 +53,5 @@ def trace_wrapped(*args: Any, fn: Callable) -> Any:
                 f"(to learn what it returns) raised {type(e).__name__}: {e}. Keep the function to tensor ops "
                 "whose output shapes do not depend on tensor values, or register the hook outside the "
                 "compiled region.") from e
-    node = recorder.graph.call_function(TraceWrapped(fn), tuple(recorder.node_of(a) for a in args),
-                                        name="trace_wrapped")
-    node.meta["val"] = out
-    recorder._annotate(node, TraceWrapped(fn))
-    recorder._bind_outputs(node, out)
+    recorder.record_call(TraceWrapped(fn), args, out, name="trace_wrapped")
     return out

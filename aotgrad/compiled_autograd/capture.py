@@ -85,17 +85,7 @@ class _Builder:
     def call(self, target, args: tuple, out: Any = None) -> fx.Node:
         """A call out of the graph; `out` (a fake tensor, a list of fakes/None, or None) is what
         it returns, bound to the node (list items through getitem nodes)."""
-        node = self.graph.call_function(target, self.arg(args))
-        if isinstance(out, torch.Tensor):
-            node.meta["val"] = out
-            self.recorder.bind(out, node)
-        elif isinstance(out, list):
-            for i, item in enumerate(out):
-                if item is not None:
-                    getitem = self.graph.call_function(operator.getitem, (node, i))
-                    getitem.meta["val"] = item
-                    self.recorder.bind(item, getitem)
-        return node
+        return self.recorder.record_call(target, args, out)
 
 
 class _Recording:

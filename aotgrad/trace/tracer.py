@@ -259,6 +259,16 @@ class GraphRecorder(TorchDispatchMode):
             self._unresolved.append((node, tensors))
         return out
 
+    def record_call(self, target, args: tuple, out: Any, name: str | None = None) -> fx.Node:
+        """A call the trace keeps whole instead of recording its aten ops (`trace_wrapped`, a
+        hook called out of a compiled-autograd graph): one node taking `args` (tensors as their
+        nodes); `out`, what it returns, is bound to it (list and tuple items through getitem)."""
+        node = self.graph.call_function(target, pytree.tree_map(self.node_of, tuple(args)), name=name)
+        node.meta["val"] = out
+        self._annotate(node, target)
+        self._bind_outputs(node, out)
+        return node
+
     def _bind_outputs(self, node: fx.Node, out: Any) -> None:
         if isinstance(out, torch.Tensor):
             if out not in self.nodes:  # in-place and out= ops return their argument
