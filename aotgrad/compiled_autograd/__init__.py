@@ -7,6 +7,7 @@ walk.py     the autograd graph from the roots, in the engine's order (inputs= pr
 hooks.py    the hooks on it: found by probing nodes and by recording registrations
 saved.py    each node's saved tensors, taken over (lifted into the graph, freed after)
 collect.py  per call: how each node runs, the graph's inputs, the cache key
+replay.py   a cache hit the fast way: the graph checked against a template, no walk or key
 capture.py  the FX graph: built-in nodes traced into aten ops, everything else called out
 cache.py    graphs by key, counters, miss reasons
 engine.py   interception of backward/grad, and the run of one call
@@ -18,7 +19,7 @@ import contextlib
 import logging
 from typing import Callable
 
-from aotgrad.compiled_autograd import cache, engine, hooks
+from aotgrad.compiled_autograd import cache, engine, hooks, replay
 
 hooks.install()  # tensor hooks and retain_grad on non-leaves are recorded from now on
 
@@ -67,6 +68,7 @@ def _verbose_logging(verbose: bool):
 def reset() -> None:
     """Forget every captured graph and zero the counters."""
     cache.reset()
+    replay.reset()
 
 
 __all__ = ["enable", "reset"]

@@ -6,18 +6,20 @@ hold where it has symbols. On a miss, `plan_capture` says which sizes the new gr
 symbols: those that already were, and those that changed since the last graph of this
 structure (the others stay as they are). `counters` is
 `aotgrad.counters["compiled_autograd"]`: captures (cache misses), compiles (`compiler_fn`
-calls), eager_fallbacks (backward calls PyTorch's engine ran instead).
+calls), hits (backward calls a cached graph ran), eager_fallbacks (backward calls PyTorch's
+engine ran instead).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
-counters: dict[str, int] = {"captures": 0, "compiles": 0, "eager_fallbacks": 0}
+from aotgrad.compiled_autograd.collect import HEADER
+
+counters: dict[str, int] = {"captures": 0, "compiles": 0, "hits": 0, "eager_fallbacks": 0}
 _graphs: dict[tuple, list["Entry"]] = {}   # (compiler id, structure) -> entries, newest first
 _compilers: dict[int, Callable] = {}        # kept alive: their ids stay theirs
 
-_HEADER = 4  # structure entries before the first step's (see collect.collect)
 
 
 @dataclass
@@ -30,6 +32,8 @@ class Entry:
     guards: Any             # dynamic.Guards, or None for a graph without symbols
 
     def serves(self, sizes: list[int]) -> bool:
+        if sizes == self.sizes:
+            return self.guards is None or self.guards.hold(sizes)
         dynamic = self.dynamic
         if len(sizes) != len(self.sizes):
             return False
@@ -45,10 +49,22 @@ def count(name: str) -> None:
 
 def lookup(compiler_fn: Callable, structure: tuple, sizes: list[int]) -> Entry | None:
     """The newest entry of this compiler and structure that serves these sizes, or None."""
-    for entry in _graphs.get((id(compiler_fn), structure), ()):
+    return serving(_graphs.get((id(compiler_fn), structure), ()), sizes)
+
+
+def serving(entries: list[Entry], sizes: list[int]) -> Entry | None:
+    """The first of `entries` that serves these sizes, or None."""
+    for entry in entries:
         if entry.serves(sizes):
             return entry
     return None
+
+
+def entries_of(compiler_fn: Callable, structure: tuple) -> list[Entry]:
+    """The live list of this compiler's entries for a structure (`store` adds to it): a
+    replay template keeps it, so a hit does not hash the structure."""
+    _compilers[id(compiler_fn)] = compiler_fn
+    return _graphs.setdefault((id(compiler_fn), structure), [])
 
 
 def store(compiler_fn: Callable, structure: tuple, entry: Entry) -> None:
@@ -90,7 +106,7 @@ def _new_node_reason(compiler_fn: Callable, structure: tuple, plans: list) -> st
             n += 1
         best_len = max(best_len, n)
     sizes = sorted(len(k) for k in previous)
-    owner = 0 if best_len < _HEADER else min(best_len - _HEADER, len(plans) - 1) + 1
+    owner = 0 if best_len < HEADER else min(best_len - HEADER, len(plans) - 1) + 1
     return f"new autograd node: {owner_label(plans, owner)} with key size {len(structure)}, previous key sizes={sizes}"
 
 

@@ -8,11 +8,12 @@ hooks (how many, where; not which), saved non-tensor values and tensor metadata.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import output_kinds, tensor_positions
-from aotgrad.compiled_autograd.dynamic import SizeList, symbolic_attributes
+from aotgrad.compiled_autograd.dynamic import SizeList, SizeValues, symbolic_attributes
 from aotgrad.compiled_autograd.saved import EagerFallback, Slot, hashable, layout_of, take, take_tensors
 from aotgrad.compiled_autograd.walk import Walk
 from aotgrad.runtime.function import CompiledFunction
@@ -24,6 +25,8 @@ AOTGRAD = "aotgrad"         # aotgrad's own compiled function: its backward grap
 OPAQUE = "opaque"           # any other node (CopySlices, C++ custom Functions): called as is
 
 _kinds: dict[type, str] = {}
+
+HEADER = 4  # structure entries before the first step's: accumulate_grad, results, roots, root metadata
 
 # Built-in nodes whose formula reads tensor values (prod's test for zeros): traced on fake
 # tensors they take their data-free path, equal in value but not bitwise, so they run as is.
@@ -111,43 +114,99 @@ class _Same:
         return id(self.obj)
 
 
-def _step_key(step, index: int, kind: str, node, plan: StepPlan, values: tuple, sizes: SizeList,
-              input_dims: list) -> tuple:
-    """The structure of one step; its sizes go into `sizes` (and `plan`/`input_dims` say where)."""
-    if kind is CUSTOM:  # also which arguments are tensors, which outputs differentiable
-        node_class = (node._forward_cls, tensor_positions(node), output_kinds(node))
-    else:
-        node_class = _Same(node.plan) if kind is AOTGRAD else type(node)
-    saved = []
-    for slot in plan.saved:
-        if slot is not None:
-            meta, start = sizes.tensor(slot.value, index)
-            input_dims.append(start)
-            saved.append(meta)
+def node_class(kind: str, node):
+    """What the key says a node is: its type; a custom Function's class with its argument and
+    output layout; aotgrad's own function by its compiled plan."""
+    if kind is CUSTOM:
+        return (node._forward_cls, tensor_positions(node), output_kinds(node))
+    return _Same(node.plan) if kind is AOTGRAD else type(node)
+
+
+def saved_metas(saved: list, index: int, sizes: SizeValues, starts: list | None) -> tuple:
+    """The key of a step's saved tensors (None: nothing saved there); their dims go into
+    `sizes` (and where each starts into `starts`)."""
+    metas = []
+    for value in saved:
+        if value is not None:
+            meta, start = sizes.tensor(value, index)
+            if starts is not None:
+                starts.append(start)
+            metas.append(meta)
         else:
-            saved.append(None)
+            metas.append(None)
+    return tuple(metas)
+
+
+def input_metadata(node, index: int, sizes: SizeValues, starts: list | None) -> tuple:
+    """The key of the gradients a node takes (rank, dtype, device per input); their shapes go
+    into `sizes` (and where each starts into `starts`)."""
     metadata = []
     for m in node._input_metadata:
-        plan.meta_dims.append(sizes.add(m.shape, index))
+        start = sizes.add(m.shape, index)
+        if starts is not None:
+            starts.append(start)
         metadata.append((len(m.shape), m.dtype, m.device))
-    return (node_class, step.runs, tuple(step.edges), tuple(step.captures), plan.hooks.shape(), values,
-            tuple(saved), tuple(metadata))
+    return tuple(metadata)
 
 
-def _traced_values(node, layout, index: int, plan: StepPlan, sizes: SizeList) -> tuple:
+_value_readers: dict[type, tuple] = {}
+
+
+def value_reader(node_type: type, layout) -> tuple:
+    """(read all saved values of a node at once, per value: its name if it may be a symbol)."""
+    reader = _value_readers.get(node_type)
+    if reader is None:
+        symbolic = symbolic_attributes(node_type)
+        names = layout.values
+        if not names:
+            get = _no_values
+        elif len(names) == 1:
+            one = operator.attrgetter(names[0])
+            get = lambda node: (one(node),)  # noqa: E731
+        else:
+            get = operator.attrgetter(*names)
+        reader = _value_readers[node_type] = (get, tuple(n if n in symbolic else None for n in names))
+    return reader
+
+
+def _no_values(node) -> tuple:
+    return ()
+
+
+def traced_values(node, layout, index: int, sizes: SizeValues, value_dims: dict | None) -> tuple:
     """A built-in node's saved non-tensor values: those it may read as symbols into `sizes`
-    (`plan.value_dims`), the rest into the structure."""
-    symbolic = symbolic_attributes(type(node))
+    (where they start into `value_dims`), the rest into the structure."""
+    get, symbolic = value_reader(type(node), layout)
     values = []
-    for attr in layout.values:
-        value = getattr(node, attr)
-        if attr in symbolic and value is not None:
+    for value, attr in zip(get(node), symbolic):
+        if attr is not None and value is not None:
             items = value if isinstance(value, (list, tuple)) else (value,)
-            plan.value_dims[attr] = (sizes.add(items, index), len(items), isinstance(value, (list, tuple)))
+            start = sizes.add(items, index)
+            if value_dims is not None:
+                value_dims[attr] = (start, len(items), isinstance(value, (list, tuple)))
             values.append((attr, len(items)))
         else:
             values.append(hashable(value))
     return tuple(values)
+
+
+def step_hooks(node, leaf, probe: bool, retaining: dict):
+    """The hooks of one step (`NO_HOOKS` when there is nothing to look for); raises
+    EagerFallback for a hook only the eager engine can run."""
+    if probe or leaf is not None or retaining:
+        node_hooks = hook_lookup.hooks_of(node, leaf, probe, retaining)
+        reason = node_hooks.needs_engine() if node_hooks is not hook_lookup.NO_HOOKS else None
+        if reason:
+            raise EagerFallback(reason)
+        return node_hooks
+    return hook_lookup.NO_HOOKS
+
+
+def custom_arguments_known(node) -> None:
+    """Which results of a custom Function go to which input must be known."""
+    if len(node.next_functions) != len(node.needs_input_grad) and tensor_positions(node) is None:
+        raise EagerFallback(f"custom Function {node.name()} has non-tensor inputs and was applied "
+                            "before aotgrad was imported: which results go to which input is unknown")
 
 
 class _UnpackedOnce:
@@ -194,32 +253,23 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         input_dims.append(start)
     key: list = [accumulate_grad, walk.num_results, tuple(walk.roots), tuple(roots)]
     keeps_state: list = []
-    no_hooks = hook_lookup.NO_HOOKS
     for index, step in enumerate(walk.steps, start=1):
         node = step.node
         kind = kind_of(node)
         leaf = node.variable if kind is ACCUMULATE else None
-        if probe or leaf is not None or retaining:
-            node_hooks = hook_lookup.hooks_of(node, leaf, probe, retaining)
-            reason = node_hooks.needs_engine() if node_hooks is not no_hooks else None
-            if reason:
-                raise EagerFallback(reason)
-        else:
-            node_hooks = no_hooks
+        node_hooks = step_hooks(node, leaf, probe, retaining)
         plan = StepPlan(kind, node_hooks, len(inputs), len(objects), node, index)
         values: tuple = ()
         if step.runs:
             if kind is TRACED:
                 layout = layout_of(type(node))
                 plan.saved = take_tensors(node, layout.tensors)
-                values = _traced_values(node, layout, index, plan, sizes)
+                values = traced_values(node, layout, index, sizes, plan.value_dims)
             elif kind is AOTGRAD:
                 plan.saved = _take_ctx_tensors(node)
                 values = tuple(node.saved_sizes)
             elif kind is CUSTOM:
-                if len(node.next_functions) != len(node.needs_input_grad) and tensor_positions(node) is None:
-                    raise EagerFallback(f"custom Function {node.name()} has non-tensor inputs and was applied "
-                                        "before aotgrad was imported: which results go to which input is unknown")
+                custom_arguments_known(node)
                 plan.saved = _take_ctx_tensors(node)
                 objects.append(node)
             elif kind is ACCUMULATE:
@@ -233,10 +283,12 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
                 inputs.append(slot.value)
                 if not slot.owned and (not keeps_state or keeps_state[-1] is not node):
                     keeps_state.append(node)  # the user's saved_tensors_hooks hold this one
-        if node_hooks is not no_hooks:
-            objects.extend(node_hooks.callables())
+        objects.extend(node_hooks.callables())
         plans.append(plan)
-        key.append(_step_key(step, index, kind, node, plan, values, sizes, input_dims))
+        saved = saved_metas([slot.value if slot is not None else None for slot in plan.saved], index, sizes,
+                            input_dims)
+        key.append((node_class(kind, node), step.runs, tuple(step.edges), tuple(step.captures),
+                    node_hooks.shape(), values, saved, input_metadata(node, index, sizes, plan.meta_dims)))
     return Collected(plans, inputs, objects, slots, keeps_state, tuple(key), sizes, input_dims)
 
 

@@ -25,6 +25,7 @@ from aotgrad.analysis import is_dense_layout
 
 
 _CONTIGUOUS: dict[int, tuple] = {}
+_OTHER: dict[tuple, tuple] = {}  # (shape, strides, offset) -> layout, for the rest
 
 
 def layout(t: torch.Tensor) -> tuple:
@@ -38,18 +39,47 @@ def layout(t: torch.Tensor) -> tuple:
         if known is None:
             known = _CONTIGUOUS[n] = ("dense", tuple(reversed(range(n))), ())  # as below, for contiguous
         return known
-    if t.storage_offset() == 0 and is_dense_layout(t.shape, t.stride()):
-        return ("dense", tuple(sorted(range(t.dim()), key=lambda d: (t.stride(d), -d))),
-                tuple(d for d, s in enumerate(t.shape) if s == 1))
-    return ("strided", t.stride(), t.storage_offset())
+    geometry = (t.shape, t.stride(), t.storage_offset())
+    known = _OTHER.get(geometry)
+    if known is None:
+        if len(_OTHER) > 4096:
+            _OTHER.clear()
+        known = _OTHER[geometry] = _layout_of(*geometry)
+    return known
 
 
-class SizeList:
-    """The sizes of one key, in collection order, with the step each belongs to (0: the
-    roots) and whether it may become a symbol (both worked out only on a miss)."""
+def _layout_of(shape, strides, offset) -> tuple:
+    if offset == 0 and is_dense_layout(shape, strides):
+        return ("dense", tuple(sorted(range(len(shape)), key=lambda d: (strides[d], -d))),
+                tuple(d for d, s in enumerate(shape) if s == 1))
+    return ("strided", strides, offset)
+
+
+class SizeValues:
+    """The sizes of one key, in collection order (all a cache hit needs)."""
 
     def __init__(self):
         self.values: list[int] = []
+
+    def add(self, values, owner: int, capable: bool = True) -> int:
+        start = len(self.values)
+        self.values.extend(values)
+        return start
+
+    def tensor(self, t, owner: int) -> tuple[Any, int]:
+        """The structure part of a tensor, and where its dims start in the list."""
+        if t is None:
+            return None, -1
+        memory = layout(t)  # strided (not dense) tensors keep static sizes: their strides are exact
+        return (t.dtype, t.device, t.dim(), memory), self.add(t.shape, owner, capable=memory[0] != "strided")
+
+
+class SizeList(SizeValues):
+    """The sizes of one key, with the step each belongs to (0: the roots) and whether it may
+    become a symbol (both worked out only on a miss)."""
+
+    def __init__(self):
+        super().__init__()
         self._segments: list[tuple[int, int, bool]] = []  # (start, owner, capable)
 
     def add(self, values, owner: int, capable: bool = True) -> int:
@@ -72,13 +102,6 @@ class SizeList:
     @property
     def capable(self) -> list[bool]:
         return self._expanded(1)
-
-    def tensor(self, t, owner: int) -> tuple[Any, int]:
-        """The structure part of a tensor, and where its dims start in the list."""
-        if t is None:
-            return None, -1
-        memory = layout(t)  # strided (not dense) tensors keep static sizes: their strides are exact
-        return (t.dtype, t.device, t.dim(), memory), self.add(t.shape, owner, capable=memory[0] != "strided")
 
 
 # --- built-in nodes whose saved sizes may be symbols ---------------------------------------

@@ -3,8 +3,9 @@ through aotgrad, and the run of one backward call.
 
 All three reach `Variable._execution_engine.run_backward`. While some thread is inside
 `enable(compiler_fn)`, that engine object is an `_Engine` that sends calls from such a
-thread to `CompiledAutograd.run_backward` (walk, collect, look up or capture and compile,
-call, release, callbacks) and everything else to PyTorch's engine: other threads, calls
+thread to `CompiledAutograd.run_backward` (a cache hit the fast way through replay.py's
+templates; else walk, collect, look up or capture and compile; then take the saved tensors
+over, call, callbacks) and everything else to PyTorch's engine: other threads, calls
 made from inside a compiled backward (a hook calling `autograd.grad`), `create_graph`,
 and the argument errors PyTorch's engine reports itself.
 """
@@ -20,7 +21,7 @@ from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.compiled_autograd import cache as graph_cache
-from aotgrad.compiled_autograd import calls
+from aotgrad.compiled_autograd import calls, replay
 from aotgrad.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
 from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
@@ -87,22 +88,20 @@ def uninstall() -> None:
             Variable._execution_engine = _original_engine
 
 
-def _requires_grad(t) -> bool:
-    return isinstance(t, GradientEdge) or t.requires_grad
-
-
 def _eager_reason(tensors, grad_tensors, create_graph, inputs) -> str | None:
     """Why PyTorch's engine must run this call (it also raises the argument errors)."""
     if create_graph:
         return "create_graph=True (a differentiable backward) is run by the eager engine"
     if torch.is_anomaly_enabled():
         return "anomaly detection (torch.autograd.detect_anomaly) checks every node's results in the eager engine"
-    if not all(_requires_grad(t) for t in tensors) or not all(_requires_grad(t) for t in inputs):
-        return "a tensor that does not require grad (the eager engine raises its error)"
-    if any(g is None for t, g in zip(tensors, grad_tensors)):
-        return "a root without a gradient"
-    if any(isinstance(g, torch.Tensor) and torch._C._functorch.is_batchedtensor(g) for g in grad_tensors):
-        return "batched gradients (is_grads_batched)"
+    for t in (*tensors, *inputs):
+        if not (t.requires_grad if type(t) is not GradientEdge else True):
+            return "a tensor that does not require grad (the eager engine raises its error)"
+    for g in grad_tensors:
+        if g is None:
+            return "a root without a gradient"
+        if isinstance(g, torch.Tensor) and torch._C._functorch.is_batchedtensor(g):
+            return "batched gradients (is_grads_batched)"
     return None
 
 
@@ -120,8 +119,13 @@ class CompiledAutograd:
                 for t in inputs:  # as PyTorch's engine does: `backward(inputs=[h])` retains h's grad
                     if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                         t.retain_grad()
-            graph = walk([gradient_edge(t) for t in tensors], [gradient_edge(t) for t in inputs] or None,
-                         accumulate_grad)
+            root_edges = [gradient_edge(t) for t in tensors]
+            input_edges = [gradient_edge(t) for t in inputs]
+            templates = replay.templates_of(self.compiler_fn)
+            results = self._run_cached(templates, root_edges, input_edges, grad_tensors, keep_graph, accumulate_grad)
+            if results is not None:
+                return self._results(results, accumulate_grad, allow_unreachable)
+            graph = walk(root_edges, input_edges or None, accumulate_grad)
             try:
                 collected = collect(graph, list(grad_tensors), accumulate_grad)
             except EagerFallback as e:
@@ -130,6 +134,8 @@ class CompiledAutograd:
             entry = graph_cache.lookup(self.compiler_fn, collected.structure, collected.sizes.values)
             if entry is None:
                 entry = self._capture_and_compile(graph, collected)
+            else:
+                graph_cache.count("hits")
             if entry.compiled is None:
                 reason = "this structure could not be captured (logged when it was tried)"
         if reason is not None:
@@ -137,7 +143,27 @@ class CompiledAutograd:
             log.info("compiled autograd: running this backward eagerly: %s", reason)
             return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                                        accumulate_grad)
-        results = self._call(entry.compiled, collected, keep_graph)
+        template = replay.make_template(graph, collected, input_edges, accumulate_grad,
+                                        graph_cache.entries_of(self.compiler_fn, collected.structure))
+        if template is not None:
+            templates.remember(template)
+        if not keep_graph:
+            release(collected)
+        results = self._call(entry.compiled, collected.inputs, collected.sizes.values, collected.objects,
+                             collected.keeps_state, keep_graph)
+        return self._results(results, accumulate_grad, allow_unreachable)
+
+    def _run_cached(self, templates, root_edges, input_edges, grad_tensors, keep_graph, accumulate_grad):
+        """A cache hit the fast way (replay.py): the results, or None (then the slow way runs)."""
+        hit = templates.find(root_edges, input_edges, list(grad_tensors), accumulate_grad)
+        entry = graph_cache.serving(hit.entries, hit.sizes) if hit is not None else None
+        if entry is None or entry.compiled is None:
+            return None
+        graph_cache.count("hits")
+        return self._call(entry.compiled, hit.take(keep_graph), hit.sizes, hit.objects, hit.keeps_state, keep_graph)
+
+    @staticmethod
+    def _results(results: list, accumulate_grad: bool, allow_unreachable: bool) -> tuple:
         if not accumulate_grad:
             unused = [i for i, r in enumerate(results) if r is None]
             if unused and not allow_unreachable:
@@ -182,16 +208,19 @@ class CompiledAutograd:
                           graph_cache.owner_label(collected.plans, collected.sizes.owners[i]))
             dynamic = dynamic - guards.specialized
 
-    def _call(self, compiled, collected, keep_graph: bool) -> list:
-        if not keep_graph:  # the graph's input list then holds the only reference: freed as it goes
-            release(collected)
-            for node in collected.keeps_state:  # a second backward through them raises eager's error
+    def _call(self, compiled, inputs: list, sizes: list, objects: list, keeps_state: list, keep_graph: bool) -> list:
+        """Run a compiled graph (its saved tensors already taken over; `inputs` then holds the
+        only reference, and the graph frees each as it goes), then the queued callbacks."""
+        if not keep_graph:
+            for node in keeps_state:  # a second backward through them raises eager's error
                 node.register_prehook(calls.freed)
         _local.callbacks = callbacks = []
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
         try:
-            with torch.no_grad():
-                results = compiled(collected.inputs, collected.sizes.values, collected.objects)
+            results = compiled(inputs, sizes, objects)
         finally:
+            torch._C._set_grad_enabled(grad_mode)
             _local.callbacks = None
         while callbacks:  # a callback may queue another; each runs once, in order
             callback = callbacks.pop(0)

@@ -41,6 +41,9 @@ class Walk:
 def gradient_edge(t) -> GradientEdge:
     if isinstance(t, GradientEdge):
         return t
+    node = t.grad_fn
+    if node is not None and not isinstance(node, torch._C._FunctionBase):  # a C++ node: nothing to keep alive
+        return GradientEdge(node, t.output_nr)
     return torch.autograd.graph.get_gradient_edge(t)
 
 

@@ -29,18 +29,24 @@ def _same(a, b, exact: bool) -> bool:
 def check(fn: Callable[[], list], *, compiler: Callable = nop_compiler, captures: int | None = None,
           compiles: int | None = None, exact: bool = True) -> list:
     """`fn()` returns a list of values (tensors, None, bools, ...): eager and compiled must agree
-    (tensors bitwise with the nop compiler). Checks the capture/compile counts when given."""
+    (tensors bitwise with the nop compiler). Checks the capture/compile counts when given.
+    The compiled run is repeated with the caches kept (its backwards then hit the cache, most
+    through replay.py's fast path): it must agree with eager too."""
     compiled_autograd.reset()
     torch.manual_seed(123)
     expected = fn()
     torch.manual_seed(123)
     with compiled_autograd.enable(compiler):
         actual = fn()
-    assert _same(expected, actual, exact), f"eager {expected}\ncompiled {actual}"
-    counts = aotgrad.counters["compiled_autograd"]
-    if captures is not None:
-        assert counts["captures"] == captures, counts
-    if compiles is not None:
-        assert counts["compiles"] == compiles, counts
-    assert counts["eager_fallbacks"] == 0, counts
+        assert _same(expected, actual, exact), f"eager {expected}\ncompiled {actual}"
+        counts = dict(aotgrad.counters["compiled_autograd"])
+        if captures is not None:
+            assert counts["captures"] == captures, counts
+        if compiles is not None:
+            assert counts["compiles"] == compiles, counts
+        assert counts["eager_fallbacks"] == 0, counts
+        torch.manual_seed(123)
+        again = fn()
+    assert _same(expected, again, exact), f"eager {expected}\ncompiled again, from the cache {again}"
+    assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] == 0
     return actual

@@ -3,7 +3,8 @@
 
 Each case is a small function returning a list of what a user can observe: values, grads,
 None-ness, `is` flags, hook orders, strides, exceptions (type and message) caught inside it.
-`run_case` runs it eagerly twice (it must be deterministic), then compiled, and records whether
+`run_case` runs it eagerly twice (it must be deterministic), then compiled twice (capture, then a
+cache hit, mostly through replay.py's fast path), and records whether
 the compiled run captured its backward or fell back to eager. Falling back is legitimate only
 where the case is tagged `eager=`: create_graph (double backward) and the argument errors the
 eager engine reports itself. KNOWN_DIFFERENT lists real differences, each with its reason.
@@ -27,6 +28,7 @@ from torch.autograd.function import once_differentiable
 
 import aotgrad
 from aotgrad import compiled_autograd
+from aotgrad.compiled_autograd import replay
 
 # --------------------------------------------------------------------------- registry
 
@@ -2338,10 +2340,33 @@ class Outcome:
     identical: bool
     captures: int
     fallbacks: int
+    fast_hits: int  # backwards of the second compiled run served by replay.py's fast path
     seconds: float
 
 
+class _CountingMatches:
+    """Counts the backwards `replay.match` served (the fast way of a cache hit)."""
+
+    def __init__(self):
+        self.count = 0
+        self._original = replay.match
+
+    def __enter__(self):
+        def counting(*args, **kwargs):
+            hit = self._original(*args, **kwargs)
+            self.count += hit is not None
+            return hit
+        replay.match = counting
+        return self
+
+    def __exit__(self, *exc):
+        replay.match = self._original
+
+
 def run_case(name: str) -> Outcome:
+    """Eager twice (is the case deterministic?), then compiled twice with one cache: the
+    first run captures, the second hits the cache (mostly through replay.py); both must
+    equal eager."""
     fn = CASES[name]
     start = time.perf_counter()
     eager = _run(fn)
@@ -2349,10 +2374,13 @@ def run_case(name: str) -> Outcome:
     compiled_autograd.reset()
     with compiled_autograd.enable(lambda gm: gm):
         compiled = _run(fn)
-    counts = dict(aotgrad.counters["compiled_autograd"])
+        counts = dict(aotgrad.counters["compiled_autograd"])
+        with _CountingMatches() as matches:
+            again = _run(fn)
     compiled_autograd.reset()
-    return Outcome(eager, compiled, deterministic, _same(eager, compiled), counts["captures"],
-                   counts["eager_fallbacks"], time.perf_counter() - start)
+    identical = _same(eager, compiled) and _same(eager, again)
+    return Outcome(eager, compiled if not _same(eager, compiled) else again, deterministic, identical,
+                   counts["captures"], counts["eager_fallbacks"], matches.count, time.perf_counter() - start)
 
 
 _outcomes: dict[str, Outcome] = {}
@@ -2398,10 +2426,12 @@ def test_summary(capsys):
     eager = [n for n, r in results.items() if r.fallbacks and not r.captures]
     mixed = [n for n, r in results.items() if r.fallbacks and r.captures]
     neither = [n for n, r in results.items() if not r.fallbacks and not r.captures]
+    fast = [n for n, r in results.items() if r.fast_hits]
     with capsys.disabled():
         print(f"\n{len(identical)} of {len(CASES)} autograd behaviours behave identically under compiled autograd "
               f"({len(captured)} captured, {len(eager)} ran eagerly, {len(mixed)} both, "
-              f"{len(neither)} raised before any capture; {seconds:.1f} s for eager twice and compiled once)")
+              f"{len(neither)} raised before any capture; {len(fast)} hit the cache the fast way when run again; "
+              f"{seconds:.1f} s for eager twice and compiled twice)")
         for name in sorted(set(CASES) - set(identical)):
             print(f"  different: {name}: {KNOWN_DIFFERENT.get(name, 'NOT IN KNOWN_DIFFERENT')}")
         for name in sorted(eager + mixed):
