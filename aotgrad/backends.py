@@ -17,6 +17,7 @@ import torch.fx as fx
 from aotgrad import config
 from aotgrad.analysis import known_equal
 from aotgrad.api import aot_module_simplified, nop
+from aotgrad.distributed.ddp import compile_in_ddp
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
 
 
@@ -31,7 +32,12 @@ def _partitioner(default: str):
 
 
 def aotgrad_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):
-    """Forward and backward traced ahead of time, run as traced (like "aot_eager")."""
+    """Forward and backward traced ahead of time, run as traced (like "aot_eager"); inside a
+    DDP module's forward, one piece per DDP bucket (aotgrad/distributed/ddp.py)."""
+    return compile_in_ddp(gm, example_inputs, _aotgrad_whole)
+
+
+def _aotgrad_whole(gm: fx.GraphModule, example_inputs: Sequence[Any]):
     return aot_module_simplified(gm, example_inputs, fw_compiler=nop, bw_compiler=nop,
                                  partition_fn=_partitioner("default"))
 
@@ -168,7 +174,12 @@ class InductorCompilers:
 
 
 def aotgrad_inductor_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):
-    """Forward and backward traced by aotgrad, each compiled by Inductor's graph compiler."""
+    """Forward and backward traced by aotgrad, each compiled by Inductor's graph compiler;
+    inside a DDP module's forward, one piece per DDP bucket."""
+    return compile_in_ddp(gm, example_inputs, _aotgrad_inductor_whole)
+
+
+def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any]):
     from torch._inductor.decomposition import select_decomp_table
 
     compilers = InductorCompilers()

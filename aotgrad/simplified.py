@@ -54,7 +54,7 @@ class _ModuleAsFunction:
             return self.module(*inputs)
 
 
-def _symbolic_examples(gm: torch.nn.Module, example_inputs: Sequence[Any]) -> list:
+def symbolic_examples(gm: torch.nn.Module, example_inputs: Sequence[Any]) -> list:
     """The example inputs, with each real tensor replaced by its fake with the symbolic sizes
     torch.compile traced it with (dynamo hands the backend real example tensors and keeps
     each one's symbolic context in the TracingContext), where those sizes are symbolic."""
@@ -95,7 +95,7 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
              **dict(gm.named_buffers(remove_duplicate=False))}
     names = list(state)
     params = list(state.values())
-    examples = _symbolic_examples(gm, example_inputs)
+    examples = symbolic_examples(gm, example_inputs)
     if not any(_is_symbolic(v) for v in examples):
         compiled = AotFunction(_ModuleAsFunction(gm, names), options)
         compiled.precompile(*params, *examples)
