@@ -39,7 +39,7 @@ _KEEP = 8              # templates kept per compiler, most recently used first
 class _StepRecord:
     """One step of a template: how to find its node, what it must be, and its key entry."""
     __slots__ = ("type", "kind", "children", "runs", "node_class", "hooks", "values", "saved", "metadata",
-                 "layout", "forward_cls", "read_values", "symbolic", "plain_values")
+                 "layout", "forward_cls", "read_values", "symbolic", "plain_values", "raw_lists")
 
     def __init__(self, node, kind: str, children: tuple, runs: bool, key: tuple):
         self.type = type(node)
@@ -50,8 +50,10 @@ class _StepRecord:
         self.forward_cls = hasattr(node, "_forward_cls")  # kind and class depend on more than the type
         self.layout = self.read_values = self.plain_values = None
         self.symbolic: tuple = ()
+        self.raw_lists: tuple = ()  # per saved tensor attribute: does it hold a list?
         if kind is TRACED and runs:
             self.layout = layout_of(self.type)
+            self.raw_lists = tuple(type(getattr(node, raw)) in (list, tuple) for raw, _ in self.layout.tensors)
             self.read_values, names = value_reader(self.type, self.layout)
             self.symbolic = tuple(i for i, name in enumerate(names) if name is not None)
             self.plain_values = _plain_values(self.read_values(node), self.symbolic)
@@ -93,6 +95,7 @@ class Template:
         self.seq_order = seq_order    # step indices sorted by sequence number
         self.seq_ties = seq_ties      # whether neighbours in that order have equal numbers
         self.accumulate_type = accumulate_type  # AccumulateGrad's class, where an edge goes _OUTSIDE
+        self.matcher: Callable | None = None    # `match` for this template as straight-line code (replay_code.py)
 
 
 def _seq_pattern(seqs: list) -> tuple[tuple, tuple]:
@@ -138,8 +141,10 @@ def make_template(walk: Walk, collected: Collected, input_edges: list, accumulat
         steps.append(_StepRecord(step.node, plan.kind, tuple(children), step.runs,
                                  collected.structure[HEADER + i]))
     order, ties = _seq_pattern([step.node._sequence_nr() for step in walk.steps])
-    return Template(collected.structure, accumulate_grad, list(walk.roots), inputs, steps, order, ties,
-                    accumulate_type, entries)
+    template = Template(collected.structure, accumulate_grad, list(walk.roots), inputs, steps, order, ties,
+                        accumulate_type, entries)
+    template.matcher = generate(template)
+    return template
 
 
 class Hit:
@@ -354,7 +359,11 @@ class Templates:
 
     def find(self, root_edges: list, input_edges: list, root_grads: list, accumulate_grad: bool) -> Hit | None:
         for structure in reversed(self._by_structure):
-            hit = match(self._by_structure[structure], root_edges, input_edges, root_grads, accumulate_grad)
+            template = self._by_structure[structure]
+            if template.matcher is not None:
+                hit = template.matcher(root_edges, input_edges, root_grads, accumulate_grad)
+            else:
+                hit = match(template, root_edges, input_edges, root_grads, accumulate_grad)
             if hit is not None:
                 self._by_structure.move_to_end(structure)
                 return hit
@@ -379,3 +388,6 @@ def templates_of(compiler_fn: Callable) -> Templates:
 
 def reset() -> None:
     _templates.clear()
+
+
+from aotgrad.compiled_autograd.replay_code import generate  # noqa: E402 (it reads Hit and _OUTSIDE from here)

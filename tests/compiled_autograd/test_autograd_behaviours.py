@@ -2345,22 +2345,24 @@ class Outcome:
 
 
 class _CountingMatches:
-    """Counts the backwards `replay.match` served (the fast way of a cache hit)."""
+    """Counts the backwards replay.py's templates served (the fast way of a cache hit)."""
 
     def __init__(self):
         self.count = 0
-        self._original = replay.match
+        self._original = replay.Templates.find
 
     def __enter__(self):
+        original = self._original
+
         def counting(*args, **kwargs):
-            hit = self._original(*args, **kwargs)
+            hit = original(*args, **kwargs)
             self.count += hit is not None
             return hit
-        replay.match = counting
+        replay.Templates.find = counting
         return self
 
     def __exit__(self, *exc):
-        replay.match = self._original
+        replay.Templates.find = self._original
 
 
 def run_case(name: str) -> Outcome:
