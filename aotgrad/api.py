@@ -122,9 +122,15 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     guard = _shape_guard(fake_mode, fakes) if own_symbols else None
     _apply_log_level()
     grad_mode = torch.is_grad_enabled()
-    traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and any(
-        f.requires_grad for f in fakes), decompositions=options.decompositions, fn_name=fn_name,
-                         inner_leaf_grads=True)
+    wants_grad = any(f.requires_grad for f in fakes)
+    traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and wants_grad,
+                         decompositions=options.decompositions, fn_name=fn_name, inner_leaf_grads=True)
+    if not grad_mode and wants_grad and any(info.requires_grad for info in traced.analysis.outputs):
+        # called under no_grad, the function turns grad mode on (`with torch.enable_grad():`, or
+        # a graph piece that starts inside a no_grad region and ends after it): its outputs may
+        # depend on inputs that require grad, so the backward is traced after all
+        traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=True,
+                             decompositions=options.decompositions, fn_name=fn_name, inner_leaf_grads=True)
     _reject_unsupported(traced, fakes, fn_name)
     gm, fplan = functionalize(traced.gm)
     options.stages = [f"trace: {len(traced.gm.graph.nodes)} nodes", str(fplan)]
@@ -155,7 +161,7 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
                        _inputs_to_detach(traced), fw_gm.meta.get("num_saved_sizes", 0),
                        bw_gm, options.bw_compiler or options.fw_compiler,
                        saved_outputs=_saved_outputs(fw_gm, traced.num_forward_outputs))
-    runtime = TrainingRuntime(plan, epilogue)
+    runtime = TrainingRuntime(plan, epilogue, enable_grad=not grad_mode)
     if traced.inner_leaves:
         runtime = WithInnerLeaves(runtime, traced.inner_leaves)
     return runtime, fw_gm, bw_gm, guard

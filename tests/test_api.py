@@ -117,6 +117,33 @@ def test_grad_mode_change_inside_function_persists():
     torch.testing.assert_close(sum(grads), torch.tensor([-1.0, 2.0, 0.0]) * 2 * 3)
 
 
+def _enables_grad_inside(x, a, w):
+    r = torch.relu(a @ w)              # under the caller's no_grad: no history
+    with torch.enable_grad():
+        y = x * r + w.sum()            # history back to x and w
+    return y, r
+
+
+@pytest.mark.parametrize("how", ["aot_function", "aotgrad", "aotgrad_inductor"])
+def test_called_under_no_grad_and_turning_it_on_inside_keeps_gradients(how):
+    compiled = (aotgrad.aot_function(_enables_grad_inside, aotgrad.nop) if how == "aot_function"
+                else torch.compile(_enables_grad_inside, backend=how))
+    torch._dynamo.reset()
+    results = []
+    for fn in (_enables_grad_inside, compiled):
+        torch.manual_seed(0)
+        x, a, w = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3), torch.randn(3, 3, requires_grad=True)
+        with torch.no_grad():
+            y, r = fn(x, a, w)
+        assert torch.is_grad_enabled()
+        y.pow(2).sum().backward()
+        results.append([y.detach(), r, y.requires_grad, r.requires_grad, x.grad, w.grad])
+    eager, got = results
+    assert got[2:4] == eager[2:4] == [True, False]
+    for e, g in zip(eager[:2] + eager[4:], got[:2] + got[4:]):
+        torch.testing.assert_close(g, e)
+
+
 def test_double_backward_raises_with_clear_message():
     f = aotgrad.aot_function(lambda x: x.sin().exp(), aotgrad.nop)
     x = torch.tensor(1.0, requires_grad=True)

@@ -227,17 +227,24 @@ class _BackwardOnce(torch.autograd.Function):
 
 
 class TrainingRuntime:
-    def __init__(self, plan: RuntimePlan, epilogue: Epilogue):
-        self.plan, self.epilogue = plan, epilogue
+    """The compiled forward and backward behind `CompiledFunction`. `enable_grad`: the function
+    was traced under no_grad and turns grad mode on inside, so its outputs are connected to
+    the autograd graph even when it is called under no_grad."""
+
+    def __init__(self, plan: RuntimePlan, epilogue: Epilogue, enable_grad: bool = False):
+        self.plan, self.epilogue, self.enable_grad = plan, epilogue, enable_grad
 
     def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        applied = args
         if self.plan.detached_inputs:
             applied = list(args)
             for i in self.plan.detached_inputs:
                 applied[i] = applied[i].detach()
-            outs = CompiledFunction.apply(self.plan, *applied)
+        if self.enable_grad and not torch.is_grad_enabled():
+            with torch.enable_grad():
+                outs = CompiledFunction.apply(self.plan, *applied)
         else:
-            outs = CompiledFunction.apply(self.plan, *args)
+            outs = CompiledFunction.apply(self.plan, *applied)
         return self.epilogue.run(args, outs)
 
 
