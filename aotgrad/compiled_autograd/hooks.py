@@ -110,7 +110,11 @@ def _recording_function_apply(original):
             node._aotgrad_outputs = kinds
         return out
     apply.__doc__ = original.__doc__
-    return classmethod(apply)
+    # Dynamo must not compile this wrapper as a frame of its own when code it skips calls
+    # `apply` (DDP's _post_forward calls _DDPSink.apply with a weakref argument, which Dynamo's
+    # tracing of `apply` would pass on as its referent). Code Dynamo traces calls `apply`
+    # through Dynamo's own handling of autograd.Function, never through this frame.
+    return classmethod(torch._dynamo.disable(apply, recursive=False))
 
 
 def _output_kind(t, node):

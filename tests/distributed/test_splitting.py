@@ -205,6 +205,35 @@ def test_context_managers_keep_their_effect_in_every_piece(kind):
     assert len(splits[0].buckets) == 4  # cuts inside the region: the region's state is set again in each piece
 
 
+class GradModeRegions(nn.Module):
+    """Layers 1 and 2 run inside a no_grad (or no_grad + enable_grad) region and again after
+    it, so the cuts fall inside the region and the pieces after a cut are called under
+    no_grad that they turn back on."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))
+
+    def forward(self, x):
+        x = torch.relu(self.layers[0](x))
+        with torch.no_grad():
+            y = x * 2
+            with torch.enable_grad() if self.kind == "enable_grad" else contextlib.nullcontext():
+                y = torch.relu(self.layers[1](y))
+                y = torch.relu(self.layers[2](y))
+        x = x + y
+        x = torch.relu(self.layers[1](x))
+        x = torch.relu(self.layers[2](x))
+        return torch.relu(self.layers[3](x))
+
+
+@pytest.mark.parametrize("kind", ["no_grad", "enable_grad"])
+def test_pieces_called_under_no_grad_that_turn_it_back_on_keep_their_gradients(kind):
+    splits = run_against_eager(lambda: GradModeRegions(kind), torch.randn(8, 512), bucket_cap_mb=1)
+    assert len(splits[0].buckets) == 4
+
+
 class Checkpointed(nn.Module):
     def __init__(self):
         super().__init__()
