@@ -4,56 +4,22 @@ A stand-in for DDP (`FakeDDP`: a `module`, a `bucket_bytes_cap`, and the DDP mod
 active while its forward runs, as DistributedDataParallel does) lets Dynamo and aotgrad's
 backends behave as under real DDP without processes or collectives; the multi-process tests
 (test_ddp_gloo.py) check the real thing. Every case compares outputs and gradients with eager."""
-import contextlib
 import copy
 import logging
 
 import pytest
 import torch
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.checkpoint import checkpoint
 
 import aotgrad
 from aotgrad.distributed import DDPOptimizer, ddp as ddp_module, explain
-
-MiB = 1024 * 1024
-LINEAR_BYTES = (512 * 512 + 512) * 4  # one Linear(512, 512): weight and bias
-
-
-class FakeDDP(nn.Module):
-    def __init__(self, module, bucket_cap_mb: float = 25, first_bucket_cap: int | None = None):
-        super().__init__()
-        self.module = module
-        self.bucket_bytes_cap = int(bucket_cap_mb * MiB)
-        self.bucket_bytes_cap_default = False
-        self.parameters_to_ignore = set()
-        if first_bucket_cap is not None:
-            self.bucket_bytes_cap_default = True
-
-    @contextlib.contextmanager
-    def _inside_ddp_forward(self):
-        previous = DDP._active_ddp_module
-        DDP._active_ddp_module = self
-        try:
-            yield
-        finally:
-            DDP._active_ddp_module = previous
-
-    def forward(self, *inputs, **kwargs):
-        with self._inside_ddp_forward():
-            return self.module(*inputs, **kwargs)
+from tests.distributed.models import (LINEAR_BYTES, CallMethodForward, Checkpointed, Contexts, FakeDDP,
+                                      GradModeRegions, Layers, MiB)
 
 
-class Layers(nn.Module):
-    def __init__(self, n: int, width: int = 512):
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(n))
 
-    def forward(self, x):
-        for layer in self.layers:
-            x = torch.relu(layer(x))
-        return x
+
+
 
 
 def _grads(model) -> list:
@@ -173,29 +139,6 @@ def test_ddp_optimizer_used_directly_with_its_own_backend():
     assert len(compiled_pieces) == 3
 
 
-class Contexts(nn.Module):
-    def __init__(self, kind: str):
-        super().__init__()
-        self.kind = kind
-        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))
-
-    def forward(self, x):
-        x = torch.relu(self.layers[0](x))
-        if self.kind == "autocast":
-            with torch.autocast("cpu", torch.bfloat16):
-                x = torch.relu(self.layers[1](x))
-                x = torch.relu(self.layers[2](x))
-        elif self.kind == "no_grad":
-            with torch.no_grad():
-                x = torch.relu(self.layers[1](x))
-                x = torch.relu(self.layers[2](x))
-        else:  # enable_grad inside no_grad
-            with torch.no_grad():
-                x = x * 2
-                with torch.enable_grad():
-                    x = torch.relu(self.layers[1](x))
-                    x = torch.relu(self.layers[2](x))
-        return torch.relu(self.layers[3](x.float()))
 
 
 @pytest.mark.parametrize("kind", ["autocast", "no_grad", "enable_grad"])
@@ -205,27 +148,6 @@ def test_context_managers_keep_their_effect_in_every_piece(kind):
     assert len(splits[0].buckets) == 4  # cuts inside the region: the region's state is set again in each piece
 
 
-class GradModeRegions(nn.Module):
-    """Layers 1 and 2 run inside a no_grad (or no_grad + enable_grad) region and again after
-    it, so the cuts fall inside the region and the pieces after a cut are called under
-    no_grad that they turn back on."""
-
-    def __init__(self, kind: str):
-        super().__init__()
-        self.kind = kind
-        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))
-
-    def forward(self, x):
-        x = torch.relu(self.layers[0](x))
-        with torch.no_grad():
-            y = x * 2
-            with torch.enable_grad() if self.kind == "enable_grad" else contextlib.nullcontext():
-                y = torch.relu(self.layers[1](y))
-                y = torch.relu(self.layers[2](y))
-        x = x + y
-        x = torch.relu(self.layers[1](x))
-        x = torch.relu(self.layers[2](x))
-        return torch.relu(self.layers[3](x))
 
 
 @pytest.mark.parametrize("kind", ["no_grad", "enable_grad"])
@@ -234,17 +156,6 @@ def test_pieces_called_under_no_grad_that_turn_it_back_on_keep_their_gradients(k
     assert len(splits[0].buckets) == 4
 
 
-class Checkpointed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.first = nn.Linear(512, 512)
-        self.block = Layers(2)
-        self.last = nn.Linear(512, 512)
-
-    def forward(self, x):
-        x = torch.relu(self.first(x))
-        x = checkpoint(self.block, x, use_reentrant=False)
-        return self.last(x)
 
 
 def test_a_checkpointed_region_stays_in_one_piece():
@@ -265,19 +176,6 @@ def test_model_without_parameters_issue_90375():
     assert len(ddp_module.history[-1].buckets) == 1
 
 
-class CallMethodForward(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList(nn.ModuleList([nn.LayerNorm(96), nn.MultiheadAttention(96, 4, batch_first=True)])
-                                    for _ in range(2))
-
-    def forward(self, x):
-        b, f, t, h = x.shape
-        for norm, attention in self.layers:
-            x = norm(x.reshape(b * f, t, h))
-            x, _ = attention.forward(x, x, x)
-            x = x.reshape(b, f, t, h)
-        return x
 
 
 def test_layer_norm_and_attention_called_through_forward():
