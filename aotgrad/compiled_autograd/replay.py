@@ -20,6 +20,7 @@ retain_graph each saved tensor is handed to the graph's input list by
 from __future__ import annotations
 
 import operator
+import threading
 from collections import OrderedDict
 from typing import Callable
 
@@ -352,28 +353,31 @@ def match(template: Template, root_edges: list, input_edges: list, root_grads: l
 
 
 class Templates:
-    """The templates of one compiler, most recently used first."""
+    """The templates of one compiler, most recently used first (threads share them)."""
 
     def __init__(self):
         self._by_structure: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
 
     def find(self, root_edges: list, input_edges: list, root_grads: list, accumulate_grad: bool) -> Hit | None:
-        for structure in reversed(self._by_structure):
-            template = self._by_structure[structure]
+        for template in reversed(list(self._by_structure.values())):
             if template.matcher is not None:
                 hit = template.matcher(root_edges, input_edges, root_grads, accumulate_grad)
             else:
                 hit = match(template, root_edges, input_edges, root_grads, accumulate_grad)
             if hit is not None:
-                self._by_structure.move_to_end(structure)
+                with self._lock:
+                    if template.structure in self._by_structure:
+                        self._by_structure.move_to_end(template.structure)
                 return hit
         return None
 
     def remember(self, template: Template) -> None:
-        self._by_structure[template.structure] = template
-        self._by_structure.move_to_end(template.structure)
-        while len(self._by_structure) > _KEEP:
-            self._by_structure.popitem(last=False)
+        with self._lock:
+            self._by_structure[template.structure] = template
+            self._by_structure.move_to_end(template.structure)
+            while len(self._by_structure) > _KEEP:
+                self._by_structure.popitem(last=False)
 
 
 _templates: dict[int, Templates] = {}

@@ -339,3 +339,42 @@ def test_a_fast_hit_frees_saved_activations_as_the_backward_runs():
         gc.collect()
         assert alive() is None  # the graph (loss) is alive; the activation it saved is not
         assert aotgrad.counters["compiled_autograd"]["hits"] >= 1
+
+
+def test_threads_sharing_one_compiler_share_its_templates():
+    import copy
+    import threading
+
+    torch.manual_seed(0)
+    models = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)) for _ in range(2)]
+    batches = [[torch.randn(5, 4) for _ in range(20)] for _ in range(2)]  # (the threads draw no random numbers)
+
+    def steps(model, data) -> list:
+        out = []
+        for x in data:
+            model.zero_grad()
+            model(x).sum().backward()
+            out += [p.grad.clone() for p in model.parameters()]
+        return out
+
+    expected = [steps(copy.deepcopy(m), d) for m, d in zip(models, batches)]
+    compiled_autograd.reset()
+    results: dict = {}
+    errors: list = []
+
+    def run(k: int) -> None:
+        try:
+            with compiled_autograd.enable(nop_compiler):
+                results[k] = steps(models[k], batches[k])
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k in range(2):
+        assert all(torch.equal(a, b) for a, b in zip(expected[k], results[k]))
+    assert aotgrad.counters["compiled_autograd"]["hits"] >= 30
