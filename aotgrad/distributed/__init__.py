@@ -16,6 +16,7 @@ explain.py  `explain(ddp_model, *inputs)`: the buckets and why each split is whe
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Sequence
 
 import torch
@@ -94,19 +95,14 @@ def _real(node: fx.Node, value):
 
 
 def _param_name(node: fx.Node) -> str:
-    """A parameter's name as its module path (`layers.0.weight`), from Dynamo's source."""
+    """A parameter's name as its module path (`layers.0.weight`), from Dynamo's source
+    (`L['self']._modules['layers']._modules['0']._parameters['weight']`): the keys after the
+    local variable's; the placeholder's name if the source says something else."""
     source = getattr(node, "_dynamo_source", None)
-    name = source.name() if callable(getattr(source, "name", None)) else getattr(source, "name", None)
-    if not isinstance(name, str):
-        return node.target
-    parts = []
-    for piece in name.replace("]", "").split("["):
-        piece = piece.strip("'\". ")
-        if piece.startswith("_modules") or piece.startswith("_parameters") or piece.startswith("L") and not parts:
-            continue
-        if piece:
-            parts.append(piece)
-    return ".".join(p for p in parts if p != "self") or node.target
+    name = getattr(source, "name", None)
+    name = name() if callable(name) else name
+    keys = re.findall(r"\['([^']*)'\]", name) if isinstance(name, str) else []
+    return ".".join(keys[1:]) if len(keys) > 1 and "._parameters[" in name else node.target
 
 
 from aotgrad.distributed.explain import DDPExplanation, explain  # noqa: E402 (it uses DDPOptimizer)

@@ -136,6 +136,7 @@ def test_ddp_optimizer_used_directly_with_its_own_backend():
     assert torch.allclose(out, expected_out)
     # first bucket: the last layer (1 MiB cap); then 2 MiB buckets: layers 1-2, then layer 0
     assert [len(b.params) for b in opt.buckets] == [2, 4, 2]
+    assert opt.buckets[1].params == ["layers.1.weight", "layers.1.bias", "layers.2.weight", "layers.2.bias"]
     assert len(compiled_pieces) == 3
 
 
