@@ -23,6 +23,7 @@ import torch
 import torch.fx as fx
 
 from aotgrad.distributed.buckets import Bucket, assign
+from aotgrad.distributed.explain import DDPExplanation, explain
 from aotgrad.distributed.split import compile_pieces, split
 
 DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first bucket when bucket_cap_mb is not given
@@ -103,8 +104,5 @@ def _param_name(node: fx.Node) -> str:
     name = name() if callable(name) else name
     keys = re.findall(r"\['([^']*)'\]", name) if isinstance(name, str) else []
     return ".".join(keys[1:]) if len(keys) > 1 and "._parameters[" in name else node.target
-
-
-from aotgrad.distributed.explain import DDPExplanation, explain  # noqa: E402 (it uses DDPOptimizer)
 
 __all__ = ["Bucket", "DDPExplanation", "DDPOptimizer", "DEFAULT_FIRST_BUCKET_BYTES", "explain"]
