@@ -10,6 +10,12 @@ Each is compiled and warmed up first (DDP's buckets form after the first step); 
 configurations take turns for --rounds rounds of --steps steps (forward, backward, SGD
 step), and the median step time is reported with its ratio to eager.
 
+Network: on this machine the all-reduce is gloo over loopback, which uses the same two cores
+as the backward, so hiding it behind compute cannot save time. `--link-gbps G` adds, after
+each bucket's real all-reduce, the time its bytes take on a G Gbit/s link as wire time that
+uses no CPU (a timer completes the bucket's future; the link carries one bucket at a time),
+as a network between machines does: the setting where overlap pays. Every configuration gets the same hook.
+
 Overlap: a DDP comm hook records when each bucket's all-reduce is launched and when it
 completes; a post-hook on every node of the autograd graph except AccumulateGrad records
 when it finished computing. The hidden fraction of one step is |(union of all-reduce
@@ -17,7 +23,8 @@ intervals) before the last such node finished| / |union of all-reduce intervals|
 share of communication that ran while the backward was still computing (accumulating into
 `.grad` does not count). Reported as the median over the timed steps.
 
-    python benchmarks/ddp.py --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 10 --rounds 3
+    python benchmarks/ddp.py --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 20 --rounds 3
+    python benchmarks/ddp.py ... --link-gbps 2
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ import copy
 import os
 import statistics
 import sys
+import threading
 import time
 import types
 from datetime import timedelta
@@ -57,12 +65,24 @@ def own_class(model: nn.Module, name: str) -> nn.Module:
     return model
 
 
-class Timeline:
-    """One step's all-reduce intervals and gradient-ready times."""
+class _Link:
+    """The simulated link of this rank: busy until `free_at`."""
 
     def __init__(self):
+        self.lock = threading.Lock()
+        self.free_at = 0.0
+
+
+_LINK = _Link()
+
+
+class Timeline:
+    """One step's all-reduce intervals and the times its computing nodes finished."""
+
+    def __init__(self, link_gbps: float | None = None):
         self.comm: list[list[float]] = []
         self.computed: list[float] = []
+        self.link_gbps = link_gbps
 
     def watch(self, loss: torch.Tensor) -> None:
         """Record when each computing node of `loss`'s backward finishes."""
@@ -79,12 +99,27 @@ class Timeline:
     def hook(self, state, bucket):
         interval = [time.perf_counter(), None]
         self.comm.append(interval)
-        future = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True).get_future()
+        buffer = bucket.buffer()
+        future = dist.all_reduce(buffer.div_(dist.get_world_size()), async_op=True).get_future()
+        if self.link_gbps is None:
+            def done(f):
+                interval[1] = time.perf_counter()
+                return f.value()[0]
+            return future.then(done)
+        wire = buffer.numel() * buffer.element_size() * 8 / (self.link_gbps * 1e9)
+        result = torch.futures.Future()
 
-        def done(f):
-            interval[1] = time.perf_counter()
-            return f.value()[0]
-        return future.then(done)
+        def on_the_wire(f):  # the link's time: one transfer at a time, a timer, no CPU
+            with _LINK.lock:
+                start = max(time.perf_counter(), _LINK.free_at)
+                _LINK.free_at = start + wire
+
+            def arrive():
+                interval[1] = time.perf_counter()
+                result.set_result(f.value()[0])
+            threading.Timer(start + wire - time.perf_counter(), arrive).start()
+        future.add_done_callback(on_the_wire)
+        return result
 
     def hidden_fraction(self) -> float | None:
         intervals = sorted(i for i in self.comm if i[1] is not None)
@@ -103,13 +138,14 @@ class Timeline:
 
 
 class Config:
-    def __init__(self, name: str, model: nn.Module, bucket_mb: float):
+    def __init__(self, name: str, model: nn.Module, bucket_mb: float, link_gbps: float | None):
         import aotgrad
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         self.name = name
         self.ddp = DDP(own_class(copy.deepcopy(model), name), bucket_cap_mb=bucket_mb)
-        self.timeline = Timeline()
+        self.link_gbps = link_gbps
+        self.timeline = Timeline(link_gbps)
         self.ddp.register_comm_hook(None, lambda state, bucket: self.timeline.hook(state, bucket))
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=1e-3)
         self.times: list[float] = []
@@ -126,7 +162,7 @@ class Config:
         torch._dynamo.config.optimize_ddp = self.name == "pytorch_split"  # read when a frame compiles
         self.aotgrad.config.optimize_ddp = self.name == "aotgrad_split"
         try:
-            self.timeline = Timeline()
+            self.timeline = Timeline(self.link_gbps)
             start = time.perf_counter()
             self.opt.zero_grad(set_to_none=True)
             loss = self.fn(x).pow(2).mean()
@@ -150,7 +186,7 @@ def worker(rank: int, world: int, port: int, args) -> None:
     import aotgrad  # noqa: F401 - registers the backends, leaves DDP splitting to aotgrad
     torch.manual_seed(0)
     model = Net(args.layers, args.width)
-    configs = [Config(name, model, args.bucket_mb) for name in CONFIGS]
+    configs = [Config(name, model, args.bucket_mb, args.link_gbps) for name in CONFIGS]
     torch.manual_seed(rank + 1)
     x = torch.randn(args.batch, args.width)
     for config in configs:  # compile, and let DDP build its buckets
@@ -167,7 +203,9 @@ def worker(rank: int, world: int, port: int, args) -> None:
         pieces = len(splits[-1].buckets) if splits else 1  # (only aotgrad_split's compile records one)
         print(f"torch {torch.__version__}, 2 ranks (gloo, 127.0.0.1), 1 thread each; {args.layers} x "
               f"Linear({args.width}, {args.width}), batch {args.batch} per rank, bucket_cap_mb={args.bucket_mb} "
-              f"(aotgrad split: {pieces} pieces); median of {args.rounds * args.steps} steps\n")
+              f"(aotgrad split: {pieces} pieces); median of {args.rounds * args.steps} steps; "
+              + (f"simulated {args.link_gbps} Gbit/s link after each all-reduce\n" if args.link_gbps else
+                 "all-reduce over loopback only\n"))
         print("| configuration | step (ms) | vs eager | all-reduce hidden behind backward (median) |")
         print("|---|---|---|---|")
         for config in configs:
@@ -190,6 +228,8 @@ def main(argv=None) -> None:
     parser.add_argument("--bucket-mb", type=float, default=4.0)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--link-gbps", type=float, default=None,
+                        help="add each bucket's wire time on a link this fast, using no CPU (module docstring)")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args(argv)
     world = 2
