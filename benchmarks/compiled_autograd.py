@@ -146,11 +146,12 @@ def saved_bytes_alive(model, inputs, config: Config) -> tuple[int, float]:
     def sample(*_):
         samples.append(sum(n for ref, n in storages.items() if not ref.expired()))
 
-    for node in _nodes(loss):
-        node.register_hook(sample)
+    handles = [node.register_hook(sample) for node in _nodes(loss)]
     del loss
     with config.context():
         root.backward()
+    for handle in handles:  # AccumulateGrad nodes outlive the graph: leave no hook on them for what runs next
+        handle.remove()
     return total, statistics.mean(samples)
 
 
