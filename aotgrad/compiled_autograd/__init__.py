@@ -8,6 +8,7 @@ hooks.py    the hooks on it: found by probing nodes and by recording registratio
 saved.py    each node's saved tensors, taken over (lifted into the graph, freed after)
 collect.py  per call: how each node runs, the graph's inputs, the cache key
 replay.py   a cache hit the fast way: the graph checked against a template, no walk or key
+replay_code.py  each template's check written out as straight-line Python
 capture.py  the FX graph: built-in nodes traced into aten ops, everything else called out
 cache.py    graphs by key, counters, miss reasons
 engine.py   interception of backward/grad, and the run of one call
