@@ -52,15 +52,10 @@ class Contexts(nn.Module):
         return torch.relu(self.layers[3](x.float()))
 
 
-class GradModeRegions(nn.Module):
+class GradModeRegions(Contexts):
     """Contexts' grad-mode regions, but layers 1 and 2 run inside the region and again after
     it: every parameter gets a gradient (DDP needs no find_unused_parameters), while each
     parameter's first use, where the bucket arithmetic counts it, lies inside the region."""
-
-    def __init__(self, kind: str):
-        super().__init__()
-        self.kind = kind
-        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))
 
     def forward(self, x):
         x = torch.relu(self.layers[0](x))
