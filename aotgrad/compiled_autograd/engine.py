@@ -143,10 +143,11 @@ class CompiledAutograd:
             log.info("compiled autograd: running this backward eagerly: %s", reason)
             return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                                        accumulate_grad)
-        template = replay.make_template(graph, collected, input_edges, accumulate_grad,
-                                        graph_cache.entries_of(self.compiler_fn, collected.structure))
-        if template is not None:
-            templates.remember(template)
+        if not templates.knows(collected.structure):  # (once per structure: generating its code costs ms)
+            template = replay.make_template(graph, collected, input_edges, accumulate_grad,
+                                            graph_cache.entries_of(self.compiler_fn, collected.structure))
+            if template is not None:
+                templates.remember(template)
         if not keep_graph:
             release(collected)
         results = self._call(entry.compiled, collected.inputs, collected.sizes.values, collected.objects,

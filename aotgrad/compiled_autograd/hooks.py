@@ -152,6 +152,8 @@ def install() -> None:
 
 def node_hooks_may_exist() -> bool:
     """Is any node hook dict alive and non-empty? (If not, no node needs probing.)"""
+    if not _node_hook_dicts:  # none was ever made (the common case, asked on every backward)
+        return False
     with _lock:
         alive = [ref for ref in _node_hook_dicts if ref() is not None]
         _node_hook_dicts[:] = alive

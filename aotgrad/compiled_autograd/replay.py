@@ -27,10 +27,11 @@ from typing import Callable
 from aotgrad.compiled_autograd.collect import (
     ACCUMULATE, AOTGRAD, CUSTOM, HEADER, TRACED, Collected, custom_arguments_known, kind_of, node_class,
     step_hooks, traced_values, value_reader)
+from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import NO_HOOKS
 from aotgrad.compiled_autograd.dynamic import SizeValues, layout
-from aotgrad.compiled_autograd.saved import FREED_MESSAGE, EagerFallback, layout_of
+from aotgrad.compiled_autograd.saved import EagerFallback, layout_of
 from aotgrad.compiled_autograd.walk import Walk
 
 _OUTSIDE = "outside"   # a child edge into an AccumulateGrad node the walk leaves out (inputs=)
@@ -172,15 +173,11 @@ class Hit:
         else:
             self.values = None
             for raw in self.raws:
-                raw.register_hooks(inputs.append, _freed)
+                raw.register_hooks(inputs.append, calls.freed)  # a later unpack raises eager's error
             if len(inputs) != len(self.root_grads) + len(self.raws):
                 raise AssertionError("compiled autograd: a saved tensor was not handed over")
         self.raws = self.owners = None
         return inputs
-
-
-def _freed(_packed):
-    raise RuntimeError(FREED_MESSAGE)
 
 
 def _read_saved(node, record: _StepRecord, raws: list, values: list, owners: list, saved: list) -> bool:
@@ -371,6 +368,9 @@ class Templates:
                         self._by_structure.move_to_end(template.structure)
                 return hit
         return None
+
+    def knows(self, structure: tuple) -> bool:
+        return structure in self._by_structure
 
     def remember(self, template: Template) -> None:
         with self._lock:
