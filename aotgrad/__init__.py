@@ -39,16 +39,19 @@ from aotgrad import testing
 from aotgrad.backends import register as _register_backends
 from aotgrad import compiled_autograd
 from aotgrad import distributed
+from aotgrad import disk_cache as _disk_cache
+from aotgrad.explain import explain
 from aotgrad.distributed import ddp as _ddp
 
 __version__ = "0.1.0"
-counters: dict = {"compiled_autograd": compiled_autograd.cache.counters, "ddp": _ddp.counters}
+counters: dict = {"compiled_autograd": compiled_autograd.cache.counters, "ddp": _ddp.counters,
+                  "disk_cache": _disk_cache.counters}
 
 _register_backends()
 _ddp.install()  # DDP splitting is aotgrad's (aotgrad.config.optimize_ddp): PyTorch's splitter off
 
 __all__ = [
     "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified", "compiled_autograd", "config",
-    "counters", "distributed",
+    "counters", "distributed", "explain",
     "default_partition", "min_cut_rematerialization_partition", "nop", "testing",
 ]

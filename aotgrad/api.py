@@ -1,16 +1,8 @@
 """The entry points: aot_function, aot_module, aot_module_simplified, aot_export_joint.
 
-The driver reads top to bottom as the pipeline (`compile_flat`):
-
-    traced = trace_joint(fn, fake_args)            # capture + analysis + joint (one pass)
-    gm, plan = functionalize(traced.gm)            # pure graph
-    fw_gm, bw_gm = partition_fn(gm, ...)           # what to save
-    fw, bw = fw_compiler(fw_gm), bw_compiler(bw_gm)
-    runtime = TrainingRuntime(RuntimePlan(...), Epilogue.plan(...))
-
-Each entry point flattens its inputs, keys a cache on what the compiled code
-assumed (sizes, strides, dtypes, requires_grad, duplicated inputs, grad mode),
-and compiles on a miss.
+The pipeline each compile runs is pipeline.py (`compile_flat`). Each entry point
+flattens its inputs, keys a cache on what the compiled code assumed (sizes, strides,
+dtypes, requires_grad, duplicated inputs, grad mode), and compiles on a miss.
 """
 from __future__ import annotations
 
@@ -22,19 +14,12 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
-from torch.multiprocessing.reductions import StorageWeakRef
 
-from aotgrad import config
-from aotgrad.analysis import OutputKind
+from aotgrad import disk_cache
 from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs
-from aotgrad.functionalize import functionalize
-from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
-from aotgrad.partition import default_partition
-from aotgrad.partition.graphs import copy_saved_aliases
-from aotgrad.partition.inspection import report as partition_report
-from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
+from aotgrad.pipeline import Options, compile_flat
 from aotgrad.runtime.boxed import boxed_graph
-from aotgrad.trace import fake_mode_for, to_fake
+from aotgrad.runtime.wrapper import MISS, call_code
 
 log = logging.getLogger("aotgrad")
 
@@ -42,167 +27,6 @@ log = logging.getLogger("aotgrad")
 def nop(gm: fx.GraphModule, example_inputs) -> Callable:
     """The identity graph compiler: run the graph as traced (boxed: see runtime/boxed.py)."""
     return boxed_graph(gm)
-
-
-@dataclass
-class Options:
-    fw_compiler: Callable
-    bw_compiler: Callable | None = None
-    partition_fn: Callable | None = None
-    decompositions: dict | None = None
-    inference_compiler: Callable | None = None
-    dynamic: bool = False
-    stages: list = field(default_factory=list)  # provenance lines of the last compile
-
-
-def _apply_log_level() -> None:
-    """`config.log_level` (or AOTGRAD_LOG) other than "warning": the `aotgrad` logger at that
-    level, printing to stderr if nothing else handles it."""
-    level = getattr(logging, str(config.log_level).upper(), None)
-    if not isinstance(level, int) or level == logging.WARNING or log.level == level:
-        return
-    log.setLevel(level)
-    if not log.handlers and not logging.getLogger().handlers:
-        log.addHandler(logging.StreamHandler())
-
-
-def _placeholder_vals(gm: fx.GraphModule) -> list:
-    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-
-
-def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_name: str) -> None:
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    storages: dict = {}
-    for i, f in enumerate(fakes):
-        storages.setdefault(StorageWeakRef(f.untyped_storage()), []).append(i)
-    mutated = {info.index for info in traced.analysis.mutated_inputs}
-    for group in storages.values():
-        if len(group) > 1 and any(_overlaps(fakes[m], fakes[o]) for m in mutated.intersection(group)
-                                  for o in group if o != m):
-            raise MutatedAliasedInputsError(
-                f"aotgrad cannot compile `{fn_name}`: inputs {group} are views of one tensor and input "
-                f"{sorted(mutated.intersection(group))[0]} is mutated, so a write through one must show "
-                "in the others; aotgrad does not support that yet. To continue: pass the base tensor "
-                "once and take the views inside the function, or pass `.clone()`s.", group)
-
-
-def _sharing_memory(fakes: Sequence[torch.Tensor], mutated: set[int]) -> set[int]:
-    """The mutated inputs and every input that shares memory with one, disjoint views of one
-    tensor included (`a` and `a[1:]` with `a` of one element): the write-back of a mutated
-    input bumps the version counter they all share, so a value the backward saves that views
-    any of them must be a copy (fuzz finding 33)."""
-    written = {StorageWeakRef(fakes[i].untyped_storage()) for i in mutated if i < len(fakes)}
-    return mutated | {i for i, f in enumerate(fakes) if StorageWeakRef(f.untyped_storage()) in written}
-
-
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()) if size > 0)
-    return t.storage_offset(), t.storage_offset() + extent + (1 if t.numel() else 0)
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Could a write to a show in b? (False only when their element ranges are disjoint.)"""
-    (a0, a1), (b0, b1) = _span(a), _span(b)
-    return a0 < b1 and b0 < a1
-
-
-def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
-                 fn_name: str = "fn", runner=None):
-    """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake).
-
-    Returns the runtime, the forward and backward graphs (None without a backward), and, when
-    aotgrad made the symbolic sizes itself (dynamic=True on real inputs), the guard: a check
-    that other inputs satisfy what the trace assumed about their sizes."""
-    # dynamic=True on real inputs: aotgrad makes the symbols (and checks their guards per call);
-    # under torch.compile the symbolic fakes come with the inputs and dynamo guards them
-    own_symbols = options.dynamic and detect_fake_mode(list(example_args)) is None
-    fake_mode = fake_mode_for(example_args, own_symbols)
-    fakes = [to_fake(fake_mode, a, own_symbols) for a in example_args]
-    guard = _shape_guard(fake_mode, fakes) if own_symbols else None
-    _apply_log_level()
-    grad_mode = torch.is_grad_enabled()
-    wants_grad = any(f.requires_grad for f in fakes)
-    traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and wants_grad,
-                         decompositions=options.decompositions, fn_name=fn_name, inner_leaf_grads=True)
-    if not grad_mode and wants_grad and any(info.requires_grad for info in traced.analysis.outputs):
-        # called under no_grad, the function turns grad mode on (`with torch.enable_grad():`, or
-        # a graph piece that starts inside a no_grad region and ends after it): its outputs may
-        # depend on inputs that require grad, so the backward is traced after all
-        traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=True,
-                             decompositions=options.decompositions, fn_name=fn_name, inner_leaf_grads=True)
-    _reject_unsupported(traced, fakes, fn_name)
-    gm, fplan = functionalize(traced.gm)
-    options.stages = [f"trace: {len(traced.gm.graph.nodes)} nodes", str(fplan)]
-    log.debug("aotgrad %s\n%s", fn_name, "\n".join(options.stages))
-    epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after, traced.symbol_sources,
-                             traced.scalar_outputs)
-    if not traced.traced_backward:
-        compiler = options.inference_compiler or options.fw_compiler
-        analysis = traced.analysis
-        dead_ends = [info.index for info in analysis.outputs if info.kind is OutputKind.FRESH and info.requires_grad
-                     and info.index not in analysis.leaf_outputs]
-        return InferenceRuntime(compiler(gm, _placeholder_vals(gm)), epilogue, dead_ends), gm, None, guard
-    partition_fn = options.partition_fn or default_partition
-    # inputs the caller gets back (itself or a view): it may write into them before the backward
-    gm.meta["returned_inputs"] = sorted({info.index for info in traced.analysis.outputs
-                                         if info.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT)})
-    fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("aotgrad %s partition:\n%s", fn_name, partition_report(fw_gm, bw_gm))
-    mutated = {info.index for info in traced.analysis.mutated_inputs}
-    fw_gm = copy_saved_aliases(fw_gm, bw_gm, _sharing_memory(fakes, mutated))
-    forward = options.fw_compiler(fw_gm, _placeholder_vals(fw_gm))
-    backward = (options.bw_compiler or options.fw_compiler)(bw_gm, _placeholder_vals(bw_gm))
-    with_grad = set(traced.tangent_sources) | set(traced.backward_errors)
-    differentiable = [j in with_grad for j in range(traced.num_forward_outputs)]
-    plan = RuntimePlan(forward, backward, traced.num_forward_outputs, traced.num_primals, traced.tangent_sources,
-                       traced.tangent_strides, traced.grad_inputs, differentiable, traced.backward_errors,
-                       _inputs_to_detach(traced), fw_gm.meta.get("num_saved_sizes", 0),
-                       bw_gm, options.bw_compiler or options.fw_compiler,
-                       saved_outputs=_saved_outputs(fw_gm, traced.num_forward_outputs))
-    runtime = TrainingRuntime(plan, epilogue, enable_grad=not grad_mode)
-    if traced.inner_leaves:
-        runtime = WithInnerLeaves(runtime, traced.inner_leaves)
-    return runtime, fw_gm, bw_gm, guard
-
-
-def _saved_outputs(fw_gm: torch.fx.GraphModule, num_outputs: int) -> tuple[int, ...]:
-    """Which saved tensors the forward also returns as outputs (autograd keeps those apart)."""
-    outs = next(iter(fw_gm.graph.find_nodes(op="output"))).args[0]
-    returned = set(outs[:num_outputs])
-    return tuple(k for k, node in enumerate(outs[num_outputs:]) if node in returned)
-
-
-def _shape_guard(fake_mode, fakes: list) -> Callable[[list], bool]:
-    """Do real inputs satisfy the guards the trace put on the symbolic sizes of `fakes`?"""
-    shape_env = fake_mode.shape_env
-
-    def check(args: list) -> bool:
-        return shape_env.evaluate_guards_for_args(fakes, args)
-    return check
-
-
-@dataclass
-class WithInnerLeaves:
-    """Runs a training runtime with a fresh stand-in for each leaf the function makes itself
-    (`InnerLeaf`) after the caller's inputs, so their grads accumulate there as in eager."""
-
-    runtime: TrainingRuntime
-    inner_leaves: list[InnerLeaf]
-
-    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        return self.runtime([*args, *(leaf.stand_in() for leaf in self.inner_leaves)])
-
-
-def _inputs_to_detach(traced: TracedJoint) -> tuple[int, ...]:
-    """Inputs that require grad but get none: passed to the Function detached, so its
-    backward node has no edge to them (eager's engine never runs their grad_fn). One input
-    stays attached if all are gradless, so the outputs still require grad as in eager."""
-    gradless = traced.gradless_inputs
-    if len(gradless) == len(traced.grad_inputs):
-        gradless = gradless[1:]
-    return tuple(gradless)
 
 
 # -- keys --------------------------------------------------------------------
@@ -347,6 +171,8 @@ class _Entry:
     out_spec: list
     synthetic_base: SyntheticBase | None
     guard: Callable | None = None  # dynamic=True: do these inputs satisfy the trace's size guards?
+    call: Callable | None = None   # the generated straight-line call, for flat tensor calls (wrapper.py)
+    record: Any = None             # phases.CompileRecord of its compile
 
 
 def _cached(cache: dict, key: tuple, tensors, keep, compile_: Callable[[], _Entry]) -> _Entry:
@@ -376,8 +202,15 @@ class AotFunction:
         self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
         self.__name__ = getattr(fn, "__name__", "fn")
         self.last_graphs: tuple = ()
+        self.disk_key: str | None = None  # the disk cache's key for fn (a graph), if it has one
+        self._fast: Callable | None = None  # the generated call of the entry used last
 
     def __call__(self, *args, **kwargs):
+        fast = self._fast
+        if fast is not None and not kwargs:  # the last entry's generated call (runtime/wrapper.py)
+            outs = fast(args)
+            if outs is not MISS:
+                return outs
         entry, tensors, keep = self._entry(args, kwargs)
         runtime, out_spec, synthetic_base = entry.runtime, entry.out_spec, entry.synthetic_base
         if synthetic_base is None:
@@ -401,7 +234,7 @@ class AotFunction:
         key = (spec, others, source, _storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
                tuple(self._tensor_key(t) for t in tensors))
         entry = _cached(self.cache, key, tensors, keep,
-                        lambda: self._compile(flat, spec, positions, keep, source, tensors))
+                        lambda: self._compile(flat, spec, positions, keep, source, tensors, key))
         return entry, tensors, keep
 
     def _flat_entry(self, tensors: tuple):
@@ -412,10 +245,17 @@ class AotFunction:
 
         def compile_():
             flat, spec = pytree.tree_flatten((tensors, {}))
-            return self._compile(flat, spec, list(range(len(flat))), keep, source, list(tensors))
-        return _cached(self.flat_cache, key, tensors, keep, compile_), tensors, keep
+            entry = self._compile(flat, spec, list(range(len(flat))), keep, source, list(tensors), key)
+            if entry.synthetic_base is None and entry.guard is None:
+                entry.call = call_code(self.__name__, key, [type(t) for t in tensors], self.options.dynamic,
+                                       entry.runtime, entry.out_spec, self.options.inputs_guarded)
+                entry.record.wrapper = _wrapper_source(entry)
+            return entry
+        entry = _cached(self.flat_cache, key, tensors, keep, compile_)
+        self._fast = entry.call
+        return entry, tensors, keep
 
-    def _compile(self, flat, spec, positions, keep, source, tensors):
+    def _compile(self, flat, spec, positions, keep, source, tensors, key):
         out_spec: list = [None]
         index_of_kept = {k: n for n, k in enumerate(keep)}
 
@@ -429,16 +269,48 @@ class AotFunction:
             return leaves
 
         unique = [tensors[i] for i in keep]
+        load, store = self._disk_cache(key, out_spec)
         try:
-            runtime, fw_gm, bw_gm, guard = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__)
+            runtime, fw_gm, bw_gm, guard, record = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__,
+                                                        load=load, store=store)
             synthetic_base = None
         except MutatedAliasedInputsError as e:
             synthetic_base = SyntheticBase.of(unique, e.group, e)
-            runtime, fw_gm, bw_gm, guard = compile_flat(synthetic_base.wrap(flat_fn),
+            runtime, fw_gm, bw_gm, guard, record = compile_flat(synthetic_base.wrap(flat_fn),
                                                         synthetic_base.inputs(tensors, keep),
                                                         self.options, fn_name=self.__name__)
         self.last_graphs = (fw_gm, bw_gm)
-        return _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base))
+        entry = _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base), record=record)
+        record.wrapper = _wrapper_source(entry)
+        return entry
+
+    def _disk_cache(self, key: tuple, out_spec: list) -> tuple[Callable | None, Callable | None]:
+        """compile_flat's `load` and `store` for this call's key, when the function is a graph
+        the disk cache can key (`disk_key`, set by aot_module_simplified); else (None, None)."""
+        if self.disk_key is None:
+            return None, None
+        entry = disk_cache.entry_key(self.disk_key, key)
+
+        def load(fake_mode):
+            hit = disk_cache.load(entry, fake_mode)
+            if hit is None:
+                return None
+            partitioned, out_spec[0] = hit
+            return partitioned
+
+        def store(partitioned) -> str:
+            return disk_cache.store(entry, partitioned, out_spec[0])
+        return load, store
+
+
+def _wrapper_source(entry: _Entry) -> str:
+    """The generated code that runs a call of `entry`, for people (explain, report)."""
+    runtime = entry.runtime
+    parts = [entry.call.source if entry.call is not None else "# (calls take the general path)\n"]
+    plan = getattr(runtime, "plan", None)
+    if plan is not None:
+        parts += [plan.run_forward.source, plan.run_backward.source]
+    return "\n".join(parts)
 
 
 def _entry_guard(sizes_guard: Callable | None, synthetic_base: SyntheticBase | None) -> Callable | None:
@@ -511,6 +383,7 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: Sequence[Any], fw
     inputs); returns a callable over the same flat inputs."""
     from aotgrad.simplified import compile_graph_module
 
-    return compile_graph_module(gm, example_inputs, _options(
-        fw_compiler, bw_compiler, options.get("partition_fn"), options.get("decompositions"),
-        options.get("inference_compiler"), options.get("dynamic", False)))
+    compile_options = _options(fw_compiler, bw_compiler, options.get("partition_fn"), options.get("decompositions"),
+                               options.get("inference_compiler"), options.get("dynamic", False))
+    compile_options.inputs_guarded = options.get("inputs_guarded", False)
+    return compile_graph_module(gm, example_inputs, compile_options)

@@ -37,9 +37,9 @@ def aotgrad_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):
     return compile_in_ddp(gm, example_inputs, _aotgrad_whole)
 
 
-def _aotgrad_whole(gm: fx.GraphModule, example_inputs: Sequence[Any]):
+def _aotgrad_whole(gm: fx.GraphModule, example_inputs: Sequence[Any], inputs_guarded: bool = False):
     return aot_module_simplified(gm, example_inputs, fw_compiler=nop, bw_compiler=nop,
-                                 partition_fn=_partitioner("default"))
+                                 partition_fn=_partitioner("default"), inputs_guarded=inputs_guarded)
 
 
 # -- aotgrad_inductor ----------------------------------------------------------
@@ -179,13 +179,14 @@ def aotgrad_inductor_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):
     return compile_in_ddp(gm, example_inputs, _aotgrad_inductor_whole)
 
 
-def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any]):
+def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any], inputs_guarded: bool = False):
     from torch._inductor.decomposition import select_decomp_table
 
     compilers = InductorCompilers()
     return aot_module_simplified(gm, example_inputs, fw_compiler=compilers.forward,
                                  bw_compiler=compilers.backward, inference_compiler=compilers.inference,
-                                 partition_fn=_partitioner("min_cut"), decompositions=select_decomp_table())
+                                 partition_fn=_partitioner("min_cut"), decompositions=select_decomp_table(),
+                                 inputs_guarded=inputs_guarded)
 
 
 def register() -> None:

@@ -19,8 +19,21 @@ activation_memory_budget_bytes = None
 optimize_ddp = True
 # Print compiled-autograd graphs (issue 6).
 compiled_autograd_verbose = False
-# On-disk cache of traced and partitioned graphs (issue 8).
-cache_dir = os.path.join(os.path.expanduser("~"), ".cache", "aotgrad")
+
+
+def _default_cache_dir() -> str | None:
+    """$AOTGRAD_CACHE_DIR (empty: no cache), else $XDG_CACHE_HOME/aotgrad, else ~/.cache/aotgrad."""
+    if "AOTGRAD_CACHE_DIR" in os.environ:
+        return os.environ["AOTGRAD_CACHE_DIR"] or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "aotgrad")
+
+
+# The disk cache of traced and partitioned graphs (disk_cache.py): a second process that compiles
+# the same torch.compile graph for the same inputs skips tracing and partitioning. A directory
+# (created on first store; keep it private: entries are pickles), or None for no disk cache.
+# Read on every compile. `aotgrad.disk_cache.clear()` empties it.
+cache_dir = _default_cache_dir()
 # Level of the `aotgrad` loggers: "warning", "info" or "debug"; AOTGRAD_LOG overrides.
 log_level = os.environ.get("AOTGRAD_LOG", "warning")
 # Lint every stage's graph and check aotgrad's invariants (slower; for debugging).

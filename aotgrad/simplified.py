@@ -17,7 +17,9 @@ from torch._guards import TracingContext
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from aotgrad import disk_cache
 from aotgrad.api import AotFunction, Options, size_carrier
+from aotgrad.runtime.wrapper import MISS
 from aotgrad.trace import GraphRecorder, UserGraphRunner
 
 def _is_symbolic(value: Any) -> bool:
@@ -98,6 +100,7 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     examples = symbolic_examples(gm, example_inputs)
     if not any(_is_symbolic(v) for v in examples):
         compiled = AotFunction(_ModuleAsFunction(gm, names), options)
+        compiled.disk_key = disk_cache.graph_key(gm, options)
         compiled.precompile(*params, *examples)
         return _runner(compiled, params)
     # Symbolic sizes (torch.compile(dynamic=True), or automatic dynamic after a second size):
@@ -139,6 +142,14 @@ def _runner(compiled: AotFunction, params: list, skip: set[int] = frozenset(), c
     elif skip:
         def run(*args):
             return compiled(*params, *[a for i, a in enumerate(args) if i not in skip])
+    elif not params:  # (dynamo lifts parameters as inputs): straight to the generated call
+        def run(*args):
+            fast = compiled._fast
+            if fast is not None:
+                outs = fast(args)
+                if outs is not MISS:
+                    return outs
+            return compiled(*args)
     else:
         def run(*args):
             return compiled(*params, *args)

@@ -33,6 +33,9 @@ def enable(compiler_fn: Callable):
     compiler wins); everything is restored on exit, also on exceptions.
     `aotgrad.config.compiled_autograd_verbose` is read here."""
     from aotgrad import config
+    from aotgrad.logs import apply_log_level
+
+    apply_log_level()  # AOTGRAD_LOG / config.log_level
     verbose = bool(config.compiled_autograd_verbose)
     context = engine.CompiledAutograd(compiler_fn)
     with _verbose_logging(verbose):

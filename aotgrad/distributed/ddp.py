@@ -81,8 +81,8 @@ def compile_in_ddp(gm: fx.GraphModule, example_inputs: Sequence[Any], compile_wh
                         "torch._dynamo.config.optimize_ddp = False to have aotgrad split instead.")
         return compile_whole(gm, example_inputs)
     ddp = active_ddp_module() if config.optimize_ddp else None
-    if ddp is None:
-        return compile_whole(gm, example_inputs)
+    if ddp is None:  # the graph dynamo hands over: dynamo guards its inputs
+        return compile_whole(gm, example_inputs, inputs_guarded=True)
     opt = optimizer_for(ddp, compile_whole)
     compiled = opt.compile_fn(gm, example_inputs)
     counters["graphs_split"] += len(opt.buckets) > 1

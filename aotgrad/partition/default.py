@@ -32,11 +32,12 @@ def default_partition(joint_gm: fx.GraphModule, joint_inputs, *, num_fwd_outputs
 def saved_values(parts: JointParts, in_forward: set[fx.Node]) -> list[fx.Node]:
     """Forward values (and primals) that backward nodes or grad outputs read, in graph order."""
     needed: set[fx.Node] = set()
+    primals = set(parts.primals)  # (a list: membership in it per edge grew with the square of the graph)
     for node in parts.backward_nodes:
         for arg in node.all_input_nodes:
-            if arg in in_forward or arg in parts.primals:
+            if arg in in_forward or arg in primals:
                 needed.add(arg)
     for out in parts.grad_outputs:
-        if isinstance(out, fx.Node) and (out in in_forward or out in parts.primals):
+        if isinstance(out, fx.Node) and (out in in_forward or out in primals):
             needed.add(out)
     return [n for n in parts.joint.graph.nodes if n in needed]

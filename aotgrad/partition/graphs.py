@@ -161,9 +161,20 @@ def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
     saved_set = set(saved)
     _copy_nodes(graph, [n for n in parts.backward_nodes if n not in saved_set], env)
     graph.output(tuple(env[g] if isinstance(g, fx.Node) else g for g in parts.grad_outputs))
+    _drop_detaches(graph)
     gm = fx.GraphModule(parts.joint, graph)
     gm.meta["num_saved"] = len(saved)
     return gm
+
+
+def _drop_detaches(graph: fx.Graph) -> None:
+    """`aten.detach` in a backward graph reads as its input: the graph runs with autograd not
+    recording (the engine's no_grad, or inside `_BackwardOnce`), so a detach changes nothing
+    and costs a dispatch. One the graph returns stays (the caller gets an alias of its own)."""
+    for node in list(graph.find_nodes(op="call_function", target=torch.ops.aten.detach.default)):
+        if all(user.op != "output" for user in node.users):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
 
 
 def _may_alias_input(node: fx.Node) -> bool:

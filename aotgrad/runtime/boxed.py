@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import re
 from typing import Callable
 
+import torch
 import torch.fx as fx
 
 
@@ -56,11 +58,32 @@ def boxed_graph(gm: fx.GraphModule) -> Callable:
     if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or gm.code.count(head) != 1:
         return as_boxed(gm)
     unpack = f"\n    {', '.join(names)}, = args\n    args.clear()" if names else ""
-    src = gm.code.replace(head, "def forward(self, args):" + unpack)
+    namespace = dict(forward.__globals__)
+    src = _direct_op_calls(gm.code.replace(head, "def forward(self, args):" + unpack), namespace)
     filename = f"<aotgrad boxed graph {hash(src) & 0xFFFFFFFFFFFF:x}>"  # one entry per distinct code
     linecache.cache[filename] = (len(src), None, src.splitlines(keepends=True), filename)
-    namespace = dict(forward.__globals__)
     exec(compile(src, filename, "exec", dont_inherit=True), namespace)
     function = namespace["forward"]
     function._boxed_call = True
     return function.__get__(gm)  # a bound method; `_boxed_call` reads through to the function
+
+
+_OP_CALL = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)\(")
+
+
+def _direct_op_calls(src: str, namespace: dict) -> str:
+    """`torch.ops.aten.mm.default(a, b)` -> `aten_mm_default(a, b)`, the name bound to the
+    overload's C++ callable (`OpOverload.__call__` only forwards to it): no attribute chain
+    and no Python frame per op (about 1 us per op on this CPU)."""
+    def direct(match: re.Match) -> str:
+        namespace_name, op_name, overload_name = match.groups()
+        try:
+            overload = getattr(getattr(getattr(torch.ops, namespace_name), op_name), overload_name)
+        except (AttributeError, RuntimeError):
+            return match.group(0)
+        if not isinstance(overload, torch._ops.OpOverload):
+            return match.group(0)
+        name = f"{namespace_name}_{op_name}_{overload_name}"
+        namespace[name] = overload._op
+        return name + "("
+    return _OP_CALL.sub(direct, src)

@@ -60,9 +60,13 @@ class RuntimePlan:
         return self._partial[absent]
 
     def __post_init__(self):
+        from aotgrad.runtime.wrapper import backward_code, forward_code
+
         self.tangent_strides = [_layout(stride) for stride in self.tangent_strides]
         self.forward = as_boxed(self.forward)
         self.backward = as_boxed(self.backward) if self.backward is not None else None
+        self.run_forward = forward_code(self)    # CompiledFunction.forward's body, for this plan
+        self.run_backward = backward_code(self)  # and its backward's
 
 
 @dataclass(frozen=True)
@@ -119,27 +123,22 @@ def _coerce_tangent(grad: torch.Tensor | None, meta: tuple, stride: tuple | Dens
 
 class CompiledFunction(torch.autograd.Function):
     """forward: run the compiled forward, save what the backward needs.
-    backward: run the compiled backward on saved values and tangents."""
+    backward: run the compiled backward on saved values and tangents.
+
+    Both run code generated for the plan (runtime/wrapper.py: only what that graph needs);
+    `general_backward` is the backward for every case, taken when a tangent is missing or
+    the backward's own graph is recorded (create_graph)."""
 
     @staticmethod
     def forward(ctx, plan: RuntimePlan, *args):
-        results = plan.forward(list(args))
-        n = plan.num_forward_outputs
-        outs, saved = _apart(tuple(_not_a_view(o, args) for o in results[:n]), plan.differentiable), results[n:]
-        ctx.plan = plan
-        k = len(saved) - plan.num_saved_sizes
-        ctx.save_for_backward(*saved[:k])
-        ctx.output_versions = [saved[i]._version for i in plan.saved_outputs]
-        ctx.saved_sizes = saved[k:]
-        ctx.out_meta = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outs]
-        non_differentiable = [o for o, d in zip(outs, plan.differentiable)
-                              if not d and isinstance(o, torch.Tensor)]
-        ctx.mark_non_differentiable(*non_differentiable)
-        ctx.set_materialize_grads(False)
-        return outs
+        return plan.run_forward(ctx, args)
 
     @staticmethod
     def backward(ctx, *grads):
+        return ctx.plan.run_backward(ctx, grads)
+
+    @staticmethod
+    def general_backward(ctx, grads: tuple):
         plan: RuntimePlan = ctx.plan
         for j, message in plan.backward_errors.items():
             if grads[j] is not None:
@@ -165,6 +164,12 @@ class CompiledFunction(torch.autograd.Function):
         for k, i in enumerate(plan.grad_inputs):
             input_grads[i] = results[k]
         return (None, *input_grads)
+
+
+# autograd.Function.apply without its Python layer (argument binding for setup_context,
+# functorch's unwrapping, aotgrad's compiled-autograd bookkeeping): the generated wrappers
+# call it when no functorch transform is active
+fast_apply = super(torch.autograd.Function, CompiledFunction).apply
 
 
 def _apart(outs: tuple, differentiable: Sequence[bool]) -> tuple:

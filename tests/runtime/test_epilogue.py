@@ -4,7 +4,7 @@ replayed on it, and the base itself, have eager's strides (runtime/epilogue.py).
 import torch
 
 import aotgrad
-from aotgrad.api import Options, compile_flat
+from aotgrad.pipeline import Options, compile_flat
 from aotgrad.runtime.epilogue import RestrideBase
 from tests.oracle import assert_same_as_eager, clone_inputs
 

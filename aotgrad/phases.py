@@ -1,0 +1,191 @@
+"""What one compile did, phase by phase: timings, the graphs it made, where they came from.
+
+`compile_flat` times each phase of a compile (trace, functionalize, partition, compile)
+with a `Phases`, which logs each phase's time at debug level, and ends with a
+`CompileRecord`: the graphs, the epilogue, the phase times and whether the disk cache
+served it. Records go to whoever is watching (`watch()`: `aotgrad.explain`,
+`python -m aotgrad report`); nobody keeps them otherwise.
+
+    with phases.watch() as records:
+        compiled(x)                       # compiles
+    records[0].phases                     # {"trace": 0.012, "functionalize": 0.002, ...}
+
+A compile still running after `PROGRESS_AFTER_S` seconds says so on stderr, when stderr
+is a terminal, and from then on names each phase as it starts:
+
+    aotgrad: compiling step — trace (2.0 s)
+    aotgrad: compiling step — partition (3.1 s)
+    aotgrad: compiled step in 3.4 s
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch.fx as fx
+
+from aotgrad.logs import apply_log_level
+
+log = logging.getLogger("aotgrad")
+
+_watchers: list[Callable[["CompileRecord"], None]] = []
+
+# A compile running longer than this shows its progress on a terminal (stderr).
+PROGRESS_AFTER_S = 2.0
+
+
+@dataclass
+class CompileRecord:
+    """One compile of one function for one input signature."""
+
+    fn_name: str
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds, in the order run
+    joint: fx.GraphModule | None = None      # the functional joint graph the partitioner split
+    num_forward_outputs: int = 0             # of `joint`: its first outputs are the forward's
+    forward: fx.GraphModule | None = None    # the forward graph (the inference graph without backward)
+    backward: fx.GraphModule | None = None
+    epilogue: Any = None                     # runtime.Epilogue: write-backs, rebuilt aliases
+    analysis: Any = None                     # analysis.ForwardAnalysis (None when loaded from disk)
+    disk_cache: str = "off"                  # "off", "hit", "stored", or why it was not stored
+    wrapper: str = ""                        # the generated runtime wrapper's source
+    # forward output index of each backward tangent, and input index of each backward output
+    # (None: not recorded; `aotgrad.explain` then works them out from `analysis`)
+    tangent_sources: list[int] | None = None
+    grad_inputs: list[int] | None = None
+
+    @property
+    def total(self) -> float:
+        return sum(self.phases.values())
+
+
+class Phases:
+    """Times the phases of one compile: `with phases("trace"): ...`.
+
+    Also applies `config.log_level` (logs.py) and, when `stream` (default: stderr) is a
+    terminal, shows progress once the compile has run `progress_after` seconds (default
+    PROGRESS_AFTER_S); `Progress` below."""
+
+    def __init__(self, fn_name: str, *, stream=None, progress_after: float | None = None):
+        apply_log_level()
+        self.record = CompileRecord(fn_name)
+        stream = sys.stderr if stream is None else stream
+        self.progress = Progress(fn_name, stream, PROGRESS_AFTER_S if progress_after is None else progress_after) \
+            if _is_terminal(stream) else None
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if self.progress is not None:
+            self.progress.phase(name)
+        start = time.perf_counter()
+        try:
+            yield
+        except BaseException:
+            if self.progress is not None:
+                self.progress.stop()  # the compile failed: no "compiled" line, no late timer
+            raise
+        finally:
+            seconds = time.perf_counter() - start
+            self.record.phases[name] = self.record.phases.get(name, 0.0) + seconds
+            log.debug("aotgrad %s: %s %.1f ms", self.record.fn_name, name, seconds * 1e3)
+
+    def finish(self) -> CompileRecord:
+        record = self.record
+        if self.progress is not None:
+            self.progress.done()
+        log.debug("aotgrad %s: compiled in %.1f ms (%s)", record.fn_name, record.total * 1e3,
+                  ", ".join(f"{name} {s * 1e3:.1f}" for name, s in record.phases.items()))
+        for watcher in list(_watchers):
+            watcher(record)
+        return record
+
+
+class Progress:
+    """Progress lines for one long compile on a terminal.
+
+    Quiet for the first `after` seconds; then (a timer fires, or a phase starts late) one
+    line for the phase running, one per phase started after, and one at the end. Fast
+    compiles print nothing and cost one timer thread."""
+
+    def __init__(self, fn_name: str, stream, after: float):
+        self.fn_name, self.stream, self.after = fn_name, stream, after
+        self.start = time.perf_counter()
+        self.current: str | None = None
+        self.shown: str | None = None  # the phase whose line was printed last
+        self.loud = False
+        self.stopped = False
+        self.lock = threading.Lock()
+        self.timer = threading.Timer(after, self._wake)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def phase(self, name: str) -> None:
+        with self.lock:
+            self.current = name
+            if not self.loud and time.perf_counter() - self.start >= self.after:
+                self.loud = True
+            self._show()
+
+    def done(self) -> None:
+        with self.lock:
+            self.timer.cancel()
+            if self.loud and not self.stopped:
+                self._print(f"aotgrad: compiled {self.fn_name} in {self._elapsed():.1f} s")
+            self.stopped = True
+
+    def stop(self) -> None:
+        with self.lock:
+            self.timer.cancel()
+            self.stopped = True
+
+    def _wake(self) -> None:
+        with self.lock:
+            self.loud = True
+            self._show()
+
+    def _show(self) -> None:
+        if self.loud and not self.stopped and self.current is not None and self.current != self.shown:
+            self.shown = self.current
+            self._print(f"aotgrad: compiling {self.fn_name} — {self.current} ({self._elapsed():.1f} s)")
+
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def _print(self, line: str) -> None:
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or broken terminal: progress is not worth an error
+            self.stopped = True
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def watching() -> bool:
+    return bool(_watchers)
+
+
+@contextlib.contextmanager
+def watch(callback: Callable[[CompileRecord], None] | None = None) -> Iterator[list[CompileRecord]]:
+    """Collect the record of every compile that finishes inside the block; `callback(record)`
+    also sees each as it arrives."""
+    records: list[CompileRecord] = []
+
+    def arrived(record: CompileRecord) -> None:
+        records.append(record)
+        if callback is not None:
+            callback(record)
+    _watchers.append(arrived)
+    try:
+        yield records
+    finally:
+        _watchers.remove(arrived)

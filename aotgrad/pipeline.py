@@ -1,0 +1,253 @@
+"""The pipeline one compile runs: capture -> functionalize -> analyse -> joint -> partition -> compile -> run.
+
+    partitioned = trace_and_partition(flat_fn, fakes, ...)   # plain data: graphs + facts
+    runtime = instantiate(partitioned, options, phases)      # compiled graphs behind the runtime
+
+`trace_and_partition` ends in a `Partitioned`: everything the run needs that does not
+depend on the graph compiler, so the disk cache can store it and a second process skip
+straight to `instantiate`. `compile_flat` is both, timed phase by phase (phases.py).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from aotgrad.analysis import OutputKind
+from aotgrad.errors import MutatedAliasedInputsError
+from aotgrad.functionalize import functionalize
+from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
+from aotgrad.partition import default_partition
+from aotgrad.partition.graphs import copy_saved_aliases
+from aotgrad.partition.inspection import report as partition_report
+from aotgrad.phases import Phases
+from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
+from aotgrad.trace import fake_mode_for, to_fake
+
+log = logging.getLogger("aotgrad")
+
+
+@dataclass
+class Options:
+    fw_compiler: Callable
+    bw_compiler: Callable | None = None
+    partition_fn: Callable | None = None
+    decompositions: dict | None = None
+    inference_compiler: Callable | None = None
+    dynamic: bool = False
+    # called by dynamo with the graph's inputs, which its guards check: type, dtype, device,
+    # requires_grad, sizes and strides (the generated call checks the rest of the key)
+    inputs_guarded: bool = False
+
+
+def _placeholder_vals(gm: fx.GraphModule) -> list:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_name: str) -> None:
+    storages: dict = {}
+    for i, f in enumerate(fakes):
+        storages.setdefault(StorageWeakRef(f.untyped_storage()), []).append(i)
+    mutated = {info.index for info in traced.analysis.mutated_inputs}
+    for group in storages.values():
+        if len(group) > 1 and any(_overlaps(fakes[m], fakes[o]) for m in mutated.intersection(group)
+                                  for o in group if o != m):
+            raise MutatedAliasedInputsError(
+                f"aotgrad cannot compile `{fn_name}`: inputs {group} are views of one tensor and input "
+                f"{sorted(mutated.intersection(group))[0]} is mutated, so a write through one must show "
+                "in the others; aotgrad does not support that yet. To continue: pass the base tensor "
+                "once and take the views inside the function, or pass `.clone()`s.", group)
+
+
+def _sharing_memory(fakes: Sequence[torch.Tensor], mutated: set[int]) -> set[int]:
+    """The mutated inputs and every input that shares memory with one, disjoint views of one
+    tensor included (`a` and `a[1:]` with `a` of one element): the write-back of a mutated
+    input bumps the version counter they all share, so a value the backward saves that views
+    any of them must be a copy (fuzz finding 33)."""
+    written = {StorageWeakRef(fakes[i].untyped_storage()) for i in mutated if i < len(fakes)}
+    return mutated | {i for i, f in enumerate(fakes) if StorageWeakRef(f.untyped_storage()) in written}
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()) if size > 0)
+    return t.storage_offset(), t.storage_offset() + extent + (1 if t.numel() else 0)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Could a write to a show in b? (False only when their element ranges are disjoint.)"""
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+@dataclass
+class Partitioned:
+    """What trace, functionalize and partition made of one function for one input signature.
+
+    Plain data, independent of the graph compilers: `forward` is the inference graph when
+    there is no `backward`. The facts are those `RuntimePlan` and the epilogue run on."""
+
+    forward: fx.GraphModule
+    backward: fx.GraphModule | None
+    epilogue: Epilogue
+    num_forward_outputs: int = 0
+    num_primals: int = 0
+    tangent_sources: list[int] = field(default_factory=list)
+    tangent_strides: list[tuple] = field(default_factory=list)
+    grad_inputs: list[int] = field(default_factory=list)
+    differentiable: list[bool] = field(default_factory=list)
+    backward_errors: dict[int, str] = field(default_factory=dict)
+    detached_inputs: tuple[int, ...] = ()
+    saved_outputs: tuple[int, ...] = ()
+    enable_grad: bool = False  # traced under no_grad, the function turns grad mode on inside
+    inner_leaves: list[InnerLeaf] = field(default_factory=list)
+    dead_ends: list[int] = field(default_factory=list)  # inference: outputs with a grad_fn reaching nothing
+
+
+def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
+                 fn_name: str = "fn", load: Callable[[Any], Partitioned | None] | None = None,
+                 store: Callable[[Partitioned], str] | None = None):
+    """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake).
+
+    Returns the runtime, the forward and backward graphs (None without a backward), the guard
+    when aotgrad made the symbolic sizes itself (dynamic=True on real inputs: a check that
+    other inputs satisfy what the trace assumed about their sizes), and the compile's record.
+    `load(fake_mode)` and `store(partitioned)` (the disk cache) skip the trace on a hit and
+    keep what was traced on a miss; `store` returns what it did, for the record."""
+    # dynamic=True on real inputs: aotgrad makes the symbols (and checks their guards per call);
+    # under torch.compile the symbolic fakes come with the inputs and dynamo guards them
+    own_symbols = options.dynamic and detect_fake_mode(list(example_args)) is None
+    fake_mode = fake_mode_for(example_args, own_symbols)
+    phases = Phases(fn_name)
+    partitioned = guard = None
+    if load is not None and not own_symbols:  # (the disk cache keeps no symbolic graphs)
+        with phases("disk cache load"):
+            partitioned = load(fake_mode)
+        phases.record.disk_cache = "miss" if partitioned is None else "hit"
+    if partitioned is None:
+        fakes = [to_fake(fake_mode, a, own_symbols) for a in example_args]  # (only the trace needs them)
+        guard = _shape_guard(fake_mode, fakes) if own_symbols else None
+        partitioned = trace_and_partition(flat_fn, fakes, fake_mode, options, fn_name, phases)
+        if store is not None:
+            with phases("disk cache store"):
+                phases.record.disk_cache = store(partitioned)
+    runtime = instantiate(partitioned, options, phases)
+    record = phases.finish()
+    return runtime, partitioned.forward, partitioned.backward, guard, record
+
+
+def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Options, fn_name: str,
+                        phases: Phases) -> Partitioned:
+    """Trace the joint graph, make it functional, split it: everything before the compilers."""
+    grad_mode = torch.is_grad_enabled()
+    wants_grad = any(f.requires_grad for f in fakes)
+    with phases("trace"):
+        traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=grad_mode and wants_grad,
+                             decompositions=options.decompositions, fn_name=fn_name, inner_leaf_grads=True)
+        if not grad_mode and wants_grad and any(info.requires_grad for info in traced.analysis.outputs):
+            # called under no_grad, the function turns grad mode on (`with torch.enable_grad():`, or
+            # a graph piece that starts inside a no_grad region and ends after it): its outputs may
+            # depend on inputs that require grad, so the backward is traced after all
+            traced = trace_joint(flat_fn, fakes, fake_mode=fake_mode, trace_backward=True,
+                                 decompositions=options.decompositions, fn_name=fn_name, inner_leaf_grads=True)
+        _reject_unsupported(traced, fakes, fn_name)
+    with phases("functionalize"):
+        gm, fplan = functionalize(traced.gm)
+    log.debug("aotgrad %s: trace %d nodes\n%s", fn_name, len(traced.gm.graph.nodes), fplan)
+    record = phases.record
+    record.analysis = traced.analysis
+    epilogue = Epilogue.plan(traced.analysis, grad_mode, traced.grad_mode_after, traced.symbol_sources,
+                             traced.scalar_outputs)
+    record.epilogue = epilogue
+    if not traced.traced_backward:
+        analysis = traced.analysis
+        dead_ends = [info.index for info in analysis.outputs if info.kind is OutputKind.FRESH and info.requires_grad
+                     and info.index not in analysis.leaf_outputs]
+        record.forward = gm
+        return Partitioned(gm, None, epilogue, dead_ends=dead_ends)
+    partition_fn = options.partition_fn or default_partition
+    with phases("partition"):
+        # inputs the caller gets back (itself or a view): it may write into them before the backward
+        gm.meta["returned_inputs"] = sorted({info.index for info in traced.analysis.outputs
+                                             if info.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT)})
+        fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
+        mutated = {info.index for info in traced.analysis.mutated_inputs}
+        fw_gm = copy_saved_aliases(fw_gm, bw_gm, _sharing_memory(fakes, mutated))
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("aotgrad %s partition:\n%s", fn_name, partition_report(fw_gm, bw_gm))
+    record.joint, record.num_forward_outputs = gm, traced.num_forward_outputs
+    record.forward, record.backward = fw_gm, bw_gm
+    with_grad = set(traced.tangent_sources) | set(traced.backward_errors)
+    return Partitioned(
+        fw_gm, bw_gm, epilogue, traced.num_forward_outputs, traced.num_primals, traced.tangent_sources,
+        traced.tangent_strides, traced.grad_inputs, [j in with_grad for j in range(traced.num_forward_outputs)],
+        traced.backward_errors, _inputs_to_detach(traced), _saved_outputs(fw_gm, traced.num_forward_outputs),
+        enable_grad=not grad_mode, inner_leaves=traced.inner_leaves)
+
+
+def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
+    """Compile the graphs of `p` and put them behind the runtime."""
+    record = phases.record
+    record.forward, record.backward, record.epilogue = p.forward, p.backward, p.epilogue
+    record.tangent_sources, record.grad_inputs = p.tangent_sources, p.grad_inputs
+    if p.backward is None:
+        compiler = options.inference_compiler or options.fw_compiler
+        with phases("compile"):
+            forward = compiler(p.forward, _placeholder_vals(p.forward))
+        return InferenceRuntime(forward, p.epilogue, p.dead_ends)
+    bw_compiler = options.bw_compiler or options.fw_compiler
+    with phases("compile"):
+        forward = options.fw_compiler(p.forward, _placeholder_vals(p.forward))
+        backward = bw_compiler(p.backward, _placeholder_vals(p.backward))
+    plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
+                       p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
+                       p.detached_inputs, p.forward.meta.get("num_saved_sizes", 0),
+                       p.backward, bw_compiler, saved_outputs=p.saved_outputs)
+    runtime = TrainingRuntime(plan, p.epilogue, enable_grad=p.enable_grad)
+    if p.inner_leaves:
+        runtime = WithInnerLeaves(runtime, p.inner_leaves)
+    return runtime
+
+
+def _saved_outputs(fw_gm: torch.fx.GraphModule, num_outputs: int) -> tuple[int, ...]:
+    """Which saved tensors the forward also returns as outputs (autograd keeps those apart)."""
+    outs = next(iter(fw_gm.graph.find_nodes(op="output"))).args[0]
+    returned = set(outs[:num_outputs])
+    return tuple(k for k, node in enumerate(outs[num_outputs:]) if node in returned)
+
+
+def _shape_guard(fake_mode, fakes: list) -> Callable[[list], bool]:
+    """Do real inputs satisfy the guards the trace put on the symbolic sizes of `fakes`?"""
+    shape_env = fake_mode.shape_env
+
+    def check(args: list) -> bool:
+        return shape_env.evaluate_guards_for_args(fakes, args)
+    return check
+
+
+@dataclass
+class WithInnerLeaves:
+    """Runs a training runtime with a fresh stand-in for each leaf the function makes itself
+    (`InnerLeaf`) after the caller's inputs, so their grads accumulate there as in eager."""
+
+    runtime: TrainingRuntime
+    inner_leaves: list[InnerLeaf]
+
+    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        return self.runtime([*args, *(leaf.stand_in() for leaf in self.inner_leaves)])
+
+
+def _inputs_to_detach(traced: TracedJoint) -> tuple[int, ...]:
+    """Inputs that require grad but get none: passed to the Function detached, so its
+    backward node has no edge to them (eager's engine never runs their grad_fn). One input
+    stays attached if all are gradless, so the outputs still require grad as in eager."""
+    gradless = traced.gradless_inputs
+    if len(gradless) == len(traced.grad_inputs):
+        gradless = gradless[1:]
+    return tuple(gradless)
+
+

@@ -1,0 +1,296 @@
+"""The runtime wrapper, generated per graph as straight-line Python that does only what the
+graph needs.
+
+Three functions are generated:
+
+- `forward_code(plan)`: the body of `CompiledFunction.forward` for one plan: run the forward
+  graph, hand out its outputs, save what the backward reads.
+- `backward_code(plan)`: `CompiledFunction.backward` when every output got a gradient and no
+  graph of the backward is being recorded (create_graph); other calls take the general
+  `CompiledFunction.general_backward`.
+- `call_code(...)`: a whole call of an `AotFunction` entry: checks that the call's inputs are
+  those the entry was compiled for (what its cache key says), runs the Function, writes back
+  mutated inputs and rebuilds outputs (epilogue), and returns the user's outputs. It returns
+  `MISS` when the inputs differ, and the caller then looks the entry up the general way.
+
+A graph without mutations or aliases gets no write-back and no alias code at all:
+
+    def call(args):
+        if len(args) != 2:
+            return MISS
+        a0, a1 = args
+        if not (grad_enabled() is True
+                and a0.shape == c0 and a0.stride() == c1 and a0.storage_offset() == 0
+                and a0.dtype is c2 and a0.device == c3 and a0.requires_grad is True and a0.is_leaf is True
+                and ...
+                and a0 is not a1):
+            return MISS
+        outs = (apply if functorch_active() else fast_apply)(plan, a0, a1)
+        return_values = [outs[0]]
+        return tuple(return_values)
+
+The generated source is kept (`.source`) and shown by `aotgrad.explain`.
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+
+from aotgrad.analysis import OutputKind
+
+MISS = object()  # call_code's answer when a call's inputs are not the entry's
+_counter = itertools.count()
+
+
+class Code:
+    """Source lines plus the constants they name (`self.const(value)` -> a global name)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.lines: list[str] = []
+        self.namespace: dict[str, Any] = {}
+        self._names: dict[int, str] = {}
+
+    def const(self, value: Any, name: str | None = None) -> str:
+        if name is not None:
+            self.namespace[name] = value
+            return name
+        key = id(value)
+        if key not in self._names:
+            self._names[key] = f"c{len(self._names)}"
+            self.namespace[self._names[key]] = value
+        return self._names[key]
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+
+    @property
+    def source(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+    def build(self) -> Callable:
+        source = self.source
+        filename = f"<aotgrad {self.name} {next(_counter)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        namespace = dict(self.namespace)
+        exec(compile(source, filename, "exec", dont_inherit=True), namespace)
+        function = namespace[self.name]
+        function.source = source
+        return function
+
+
+def _tuple(names: Sequence[str]) -> str:
+    return f"({', '.join(names)},)" if len(names) == 1 else f"({', '.join(names)})"
+
+
+# -- CompiledFunction.forward / backward ------------------------------------------
+
+def forward_code(plan) -> Callable:
+    """`run_forward(ctx, args) -> outputs` for `plan` (see CompiledFunction.forward)."""
+    from aotgrad.runtime.function import _apart, _not_a_view
+
+    code = Code("run_forward")
+    n = plan.num_forward_outputs
+    code(f"def run_forward(ctx, args):  # outputs: {n}")
+    code(f"    results = {code.const(plan.forward, 'forward')}(list(args))")
+    outs = [f"o{j}" for j in range(n)]
+    for j, name in enumerate(outs):  # a view of a value made inside the graph: a plain tensor (_not_a_view)
+        code(f"    {name} = results[{j}]")
+        code(f"    if isinstance({name}, Tensor) and {name}._base is not None:")
+        code(f"        {name} = {code.const(_not_a_view, 'not_a_view')}({name}, args)")
+    if not all(plan.differentiable):
+        code(f"    {_tuple(outs)} = {code.const(_apart, 'apart')}({_tuple(outs)}, "
+             f"{code.const(plan.differentiable)})")
+    code.const(torch.Tensor, "Tensor")
+    code(f"    ctx.plan = {code.const(plan, 'plan')}")
+    k = f"len(results) - {plan.num_saved_sizes}" if plan.num_saved_sizes else "len(results)"
+    code(f"    ctx.save_for_backward(*results[{n}:{k}])")
+    if plan.saved_outputs:
+        versions = ", ".join(f"results[{n + i}]._version" for i in plan.saved_outputs)
+        code(f"    ctx.output_versions = [{versions}]")
+    else:
+        code("    ctx.output_versions = ()")
+    code(f"    ctx.saved_sizes = results[{k}:]" if plan.num_saved_sizes else "    ctx.saved_sizes = ()")
+    meta = ", ".join(f"({o}.shape, {o}.dtype, {o}.device) if isinstance({o}, Tensor) else None" for o in outs)
+    code(f"    ctx.out_meta = [{meta}]")
+    fixed = [f"o{j}" for j, d in enumerate(plan.differentiable) if not d]
+    if fixed:
+        code(f"    ctx.mark_non_differentiable(*[o for o in {_tuple(fixed)} if isinstance(o, Tensor)])")
+    code("    ctx.set_materialize_grads(False)")
+    code(f"    return {_tuple(outs)}")
+    return code.build()
+
+
+def backward_code(plan) -> Callable:
+    """`run_backward(ctx, grads) -> input grads` for `plan`: the straight path when every
+    tangent is present and no backward graph is recorded; else `general_backward`."""
+    from aotgrad.runtime.function import CompiledFunction, _coerce_tangent
+
+    code = Code("run_backward")
+    code.const(CompiledFunction.general_backward, "general_backward")
+    code.const(torch.is_grad_enabled, "grad_enabled")
+    code("def run_backward(ctx, grads):")
+    for j, message in plan.backward_errors.items():
+        code(f"    if grads[{j}] is not None:")
+        code(f"        raise RuntimeError({code.const(message)})")
+    sources = plan.tangent_sources
+    static = all(isinstance(s, tuple) for s in plan.tangent_strides)
+    if not static:  # symbolic layouts (dynamic shapes): made per call
+        code("    return general_backward(ctx, grads)")
+        return code.build()
+    tangents = [f"t{k}" for k in range(len(sources))]
+    present = " or ".join(f"grads[{j}] is None" for j in sources)
+    code(f"    if grad_enabled(){' or ' + present if present else ''}:")
+    code("        return general_backward(ctx, grads)")
+    for k, (j, stride) in enumerate(zip(sources, plan.tangent_strides)):
+        code(f"    t{k} = grads[{j}]")
+        code(f"    if t{k}.stride() != {code.const(stride)} and t{k}.numel() > 1:")
+        code(f"        t{k} = {code.const(_coerce_tangent, 'coerce_tangent')}(t{k}, ctx.out_meta[{j}], "
+             f"{code.const(stride)})")
+    sizes = ", *ctx.saved_sizes" if plan.num_saved_sizes else ""
+    code(f"    args = [*ctx.saved_tensors{sizes}{''.join(', ' + t for t in tangents)}]")
+    if tangents:
+        code(f"    del {', '.join(tangents)}")
+    code("    ctx.maybe_clear_saved_tensors()  # unless retain_graph: the graph frees each as it goes")
+    code(f"    results = {code.const(plan.backward, 'backward')}(args)")
+    grads = ["None"] * (plan.num_inputs + 1)  # the plan's slot first
+    for k, i in enumerate(plan.grad_inputs):
+        grads[i + 1] = f"results[{k}]"
+    code(f"    return {_tuple(grads)}")
+    return code.build()
+
+
+# -- a whole call ------------------------------------------------------------------
+
+def _tensor_checks(code: Code, name: str, key: tuple, dynamic: bool, kind: type, guarded: bool) -> list[str]:
+    """Conditions that input `name` is a `kind` (torch.Tensor, nn.Parameter) with the metadata
+    in its cache-key part `key`. `guarded`: dynamo's guards have checked its type, dtype,
+    device, requires_grad, sizes and strides already (the leafness and offset remain)."""
+    if dynamic:  # (dim, dtype, device, requires_grad, leaf requiring grad): sizes are dynamo's to guard
+        dim, dtype, device, requires_grad, leaf = key
+        checks = [f"{name}.dim() == {dim}"]
+    else:
+        shape, stride, offset, dtype, device, requires_grad, leaf = key
+        checks = [f"{name}.shape == {code.const(shape)}", f"{name}.stride() == {code.const(tuple(stride))}",
+                  f"{name}.storage_offset() == {offset}"]
+    if guarded:
+        checks = [c for c in checks if "storage_offset" in c]
+    else:
+        checks = [f"type({name}) is {code.const(kind)}", *checks, f"{name}.dtype is {code.const(dtype)}",
+                  f"{name}.device == {code.const(device)}", f"{name}.requires_grad is {requires_grad}"]
+    if requires_grad:
+        checks.append(f"{name}.is_leaf is {leaf}")
+    return checks
+
+
+def call_code(fn_name: str, key: tuple, types: Sequence[type], dynamic: bool, runtime,
+              out_spec, guarded: bool = False) -> Callable | None:
+    """`call(args) -> user outputs | MISS` for an AotFunction entry compiled for the flat
+    positional tensors described by `key` (AotFunction._flat_entry's key), of these `types`;
+    None when the entry needs more than a straight call (duplicated inputs, inputs sharing
+    memory, leaves made inside). `guarded`: dynamo calls it, having checked part of the key."""
+    from aotgrad.runtime.function import CompiledFunction, InferenceRuntime, TrainingRuntime
+
+    count, source, storage_groups, grad_mode, tensor_keys = key
+    if source != tuple(range(count)) or storage_groups != tuple(range(count)):
+        return None  # duplicated or memory-sharing inputs: the general path (dedupe, synthetic bases)
+    if not isinstance(runtime, (TrainingRuntime, InferenceRuntime)) or getattr(runtime, "dead_ends", None):
+        return None  # leaves made inside, outputs with a grad_fn reaching nothing: the general path
+    code = Code("call")
+    code.const(MISS, "MISS")
+    code.const(torch.is_grad_enabled, "grad_enabled")
+    args = [f"a{i}" for i in range(count)]
+    code(f"def call(args):  # {fn_name}")
+    code(f"    if len(args) != {count}:")
+    code("        return MISS")
+    if args:
+        code(f"    {', '.join(args)}, = args")
+    checks = [f"grad_enabled() is {grad_mode}"]
+    for name, tensor_key, kind in zip(args, tensor_keys, types):
+        checks += _tensor_checks(code, name, tensor_key, dynamic, kind, guarded)
+    if count > 1:  # distinct tensors (the key's dedupe; memory sharing is the storage check below)
+        checks.append(f"len({{{', '.join(f'id({a})' for a in args)}}}) == {count}")
+    code("    if not (" + "\n            and ".join(checks) + "):")
+    code("        return MISS")
+    epilogue = runtime.epilogue
+    if epilogue.write_backs or any(o.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT) for o in epilogue.outputs):
+        # a write into an input, or an output that is an input or views one: which inputs share
+        # memory was part of the compile (the key's storage groups)
+        storages = ", ".join(f"{a}.untyped_storage()._cdata" for a in args)
+        code(f"    if len({{{storages}}}) != {count}:")
+        code("        return MISS")
+    if isinstance(runtime, TrainingRuntime):
+        _training_call(code, runtime, args, CompiledFunction)
+    else:
+        code(f"    with {code.const(torch.no_grad, 'no_grad')}():")
+        code(f"        outs = {code.const(runtime.forward, 'forward')}([{', '.join(args)}])")
+    _epilogue(code, epilogue, args)
+    _unflatten(code, out_spec)
+    return code.build()
+
+
+def _training_call(code: Code, runtime, args: list[str], function) -> None:
+    from aotgrad.compiled_autograd.collect import _inlinable
+    from aotgrad.runtime.function import fast_apply
+
+    plan = runtime.plan
+    applied = list(args)
+    for i in plan.detached_inputs:
+        applied[i] = f"d{i}"
+        code(f"    d{i} = {args[i]}.detach()  # requires grad, gets none: no edge to it")
+    arguments = f"({code.const(plan, 'plan')}{''.join(', ' + a for a in applied)})"
+    code.const(function.apply, "apply")
+    if _inlinable(plan):  # (else compiled autograd calls its backward as a custom Function's)
+        code.const(fast_apply, "fast_apply")
+        code.const(torch._C._are_functorch_transforms_active, "functorch_active")
+        call = f"(apply if functorch_active() else fast_apply){arguments}"
+    else:
+        call = f"apply{arguments}"
+    if runtime.enable_grad:
+        code("    if not grad_enabled():  # the function turns grad mode on inside")
+        code(f"        with {code.const(torch.enable_grad, 'enable_grad')}():")
+        code(f"            outs = {call}")
+        code("    else:")
+        code(f"        outs = {call}")
+    else:
+        code(f"    outs = {call}")
+
+
+def _epilogue(code: Code, epilogue, args: list[str]) -> None:
+    """The epilogue's steps, written out where they are plain (fresh outputs, inputs returned,
+    BatchNorm-style write-backs); the others call the step's own `run`."""
+    simple = (epilogue.sizes is None and not epilogue.restrides and not epilogue.scalar_outputs
+              and epilogue.grad_mode_after is None
+              and all(o.kind in (OutputKind.FRESH, OutputKind.INPUT) for o in epilogue.outputs))
+    if not simple:
+        code(f"    return_values = {code.const(epilogue, 'epilogue')}.run([{', '.join(args)}], outs)")
+        return
+    quiet = [(w.input_index, w.slot) for w in epilogue.write_backs if w.quiet]
+    if quiet:
+        targets = ", ".join(args[i] for i, _ in quiet)
+        sources = ", ".join(f"outs[{k}]" for _, k in quiet)
+        code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # written back: not seen by autograd")
+        code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
+    for w in epilogue.write_backs:
+        if not w.quiet:
+            code(f"    {code.const(w)}.run([{', '.join(args)}], outs)  # write back input {w.input_index}")
+    for j in epilogue.leaf_outputs:
+        code(f"    outs[{j}].requires_grad_(True)  # a leaf made inside the function")
+    values = [f"outs[{o.index}]" if o.kind is OutputKind.FRESH else args[o.index] for o in epilogue.outputs]
+    code(f"    return_values = [{', '.join(values)}]")
+
+
+def _unflatten(code: Code, out_spec: Any) -> None:
+    spec = out_spec[0]
+    if spec is None:
+        code("    return return_values")
+    elif spec.type in (tuple, list) and all(child.is_leaf() for child in spec.children()):
+        code(f"    return {spec.type.__name__}(return_values)")
+    elif spec.is_leaf():
+        code("    return return_values[0]")
+    else:
+        code(f"    return {code.const(pytree.tree_unflatten, 'unflatten')}(return_values, {code.const(spec)})")

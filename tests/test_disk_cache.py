@@ -1,0 +1,444 @@
+"""The disk cache (aotgrad/disk_cache.py): a second process loads what the first traced and
+partitioned, and the loaded graphs behave as a fresh compile's (outputs, grads, BatchNorm
+statistics, output aliases, printed graphs); every part of the key invalidates; corrupt
+entries are rejected and rebuilt; concurrent writers leave only whole entries.
+
+Each test gets its own empty cache folder. A "second process" is a subprocess where the point
+is the process boundary, else `torch._dynamo.reset()` and a new torch.compile (aotgrad keeps
+no in-memory cache across aot_module_simplified calls)."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+import aotgrad
+from aotgrad import disk_cache, graph_pickle, phases
+from aotgrad.printing import format_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Net(nn.Module):
+    """Linear, BatchNorm (running statistics: input mutations), ReLU; also returns a view of
+    its input (an output alias the epilogue rebuilds)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 5)
+        self.norm = nn.BatchNorm1d(5)
+
+    def forward(self, x):
+        return F.relu(self.norm(self.linear(x))).pow(2).mean(), x.t()
+
+
+class ConvNet(nn.Module):
+    """A convolution Inductor may lay out channels-last: its saved activation must keep its
+    identity between the stored forward and backward (backends.InductorCompilers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return F.relu(self.norm(self.conv(x))).sum()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache folder for this test, and counters read as changes from here."""
+    folder = tmp_path / "cache"
+    monkeypatch.setattr(aotgrad.config, "cache_dir", str(folder))
+    for key in disk_cache.counters:
+        monkeypatch.setitem(disk_cache.counters, key, 0)
+    return folder
+
+
+def entries(folder: Path) -> list[Path]:
+    """The entry files (not a writer's temporary `.<name>.<random>.tmp`)."""
+    return sorted(p for p in folder.glob("??/*") if not p.name.startswith("."))
+
+
+def train_step(model: nn.Module, x: torch.Tensor, backend: str | None) -> dict:
+    """One forward + backward, eager (backend None) or through a fresh torch.compile; the
+    outputs, grads, buffers, whether output 1 aliases x, and the printed graphs compiled."""
+    torch._dynamo.reset()
+    x = x.clone().requires_grad_()
+    fn = model if backend is None else torch.compile(model, backend=backend)
+    with phases.watch() as records:
+        loss, view = fn(x)
+    (loss + view.sum()).backward()
+    return {"outputs": [loss.detach(), view.detach()], "grads": [x.grad] + [p.grad for p in model.parameters()],
+            "buffers": list(model.buffers()), "alias": view.untyped_storage()._cdata == x.untyped_storage()._cdata,
+            "graphs": [(format_graph(r.forward), r.forward.code, format_graph(r.backward, "backward"), r.backward.code)
+                       for r in records],
+            "cache": [r.disk_cache for r in records]}
+
+
+def assert_same_training(actual: dict, expected: dict) -> None:
+    for what in ("outputs", "grads", "buffers"):
+        torch.testing.assert_close(actual[what], expected[what], msg=lambda m: f"{what}: {m}")
+    assert actual["alias"] == expected["alias"]
+
+
+def net_and_input():
+    torch.manual_seed(0)
+    return Net(), torch.randn(8, 6)
+
+
+# -- hits ---------------------------------------------------------------------
+
+def test_second_compile_loads_the_graphs_and_matches_eager_and_the_first(cache):
+    model, x = net_and_input()
+    eager = train_step(copy.deepcopy(model), x, None)
+    cold = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert cold["cache"] == ["stored"] and len(entries(cache)) == 1
+    warm = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert warm["cache"] == ["hit"]
+    assert disk_cache.counters == {"hits": 1, "misses": 1, "stores": 1, "rejected": 0}
+    assert_same_training(cold, eager)
+    assert_same_training(warm, eager)
+    assert warm["alias"]
+    assert warm["graphs"] == cold["graphs"]  # printed text, source lines and shapes included
+
+
+def test_aotgrad_inductor_loads_a_conv_net_and_matches_eager(cache):
+    torch.manual_seed(0)
+    model, x = ConvNet(), torch.randn(2, 3, 8, 8)
+    expected = copy.deepcopy(model)
+    expected(x).backward()
+    for status in ("stored", "hit"):
+        torch._dynamo.reset()
+        twin = copy.deepcopy(model)
+        with phases.watch() as records:
+            torch.compile(twin, backend="aotgrad_inductor")(x).backward()
+        assert [r.disk_cache for r in records] == [status]
+        for p, q in zip(expected.parameters(), twin.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(list(twin.buffers()), list(expected.buffers()))
+
+
+WORKER = """
+import json, sys, torch, aotgrad
+from {module} import Net, net_and_input, train_step
+aotgrad.disk_cache.SOURCE_DIGEST = sys.argv[1]  # as the test's: aotgrad may be edited meanwhile
+model, x = net_and_input()
+result = train_step(model, x, "aotgrad")
+print(json.dumps({"counters": aotgrad.counters["disk_cache"], "graphs": result["graphs"],
+                  "loss": result["outputs"][0].item(), "grads": [g.sum().item() for g in result["grads"]],
+                  "buffers": [b.float().sum().item() for b in result["buffers"]]}))
+"""
+
+
+def run_worker(cache: Path, code: str, *args: str) -> subprocess.Popen:
+    """`python -c code *args` with this test's cache folder. It imports this file under the name
+    pytest gave it: the module of the model's classes is part of the graph's key."""
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    env = {**os.environ, "AOTGRAD_CACHE_DIR": str(cache), "PYTHONPATH": path}
+    code = code.replace("{module}", __name__)
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def worker_result(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_another_process_hits_and_matches_eager(cache):
+    model, x = net_and_input()
+    eager = train_step(copy.deepcopy(model), x, None)
+    cold = train_step(copy.deepcopy(model), x, "aotgrad")  # this process: stores
+    assert cold["cache"] == ["stored"]
+    other = worker_result(run_worker(cache, WORKER, disk_cache.SOURCE_DIGEST))
+    assert other["counters"] == {"hits": 1, "misses": 0, "stores": 0, "rejected": 0}
+    assert [tuple(g) for g in other["graphs"]] == cold["graphs"]
+    torch.testing.assert_close(other["loss"], eager["outputs"][0].item())
+    torch.testing.assert_close(other["grads"], [g.sum().item() for g in eager["grads"]])
+    torch.testing.assert_close(other["buffers"], [b.float().sum().item() for b in eager["buffers"]])
+
+
+# -- keys ---------------------------------------------------------------------
+
+class FlatNet(Net):
+    """Net in functional calls, for fx.symbolic_trace (which keeps nn.BatchNorm1d a module):
+    its parameters and running statistics become get_attr nodes, lifted as inputs."""
+
+    def forward(self, x):
+        norm = self.norm
+        h = F.batch_norm(F.linear(x, self.linear.weight, self.linear.bias), norm.running_mean, norm.running_var,
+                         norm.weight, norm.bias, training=True)
+        return F.relu(h).pow(2).mean(), x.t()
+
+
+def traced_net() -> fx.GraphModule:
+    """The graph aot_module_simplified gets in the key tests: cheaper than torch.compile's."""
+    torch.manual_seed(0)
+    return fx.symbolic_trace(FlatNet())
+
+
+def compile_graph(gm: fx.GraphModule, x: torch.Tensor, **options) -> str:
+    """aot_module_simplified on `gm` (static inputs: the disk cache's path); what the cache did."""
+    with phases.watch() as records:
+        aotgrad.aot_module_simplified(gm, [x], aotgrad.nop, **options)
+    return records[0].disk_cache
+
+
+def _relu(gm: fx.GraphModule) -> fx.Node:
+    return gm.graph.find_nodes(op="call_function", target=F.relu)[0]
+
+
+def _other_code(gm, x, options, monkeypatch):
+    relu = _relu(gm)
+    relu.target, relu.kwargs = F.gelu, {}
+    gm.recompile()
+
+
+def _other_source_line(gm, x, options, monkeypatch):
+    _relu(gm).meta["stack_trace"] = '  File "model.py", line 2, in forward\n    return relu(x)\n'
+
+
+def _other_constant(gm, x, options, monkeypatch):
+    gm.offset = torch.ones(5)  # a constant: neither parameter nor buffer, keyed by its value
+    relu = _relu(gm)
+    with gm.graph.inserting_after(relu), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FX's "no underlying reference": it looks for buffers only
+        offset = gm.graph.get_attr("offset")
+    with gm.graph.inserting_after(offset):
+        shifted = gm.graph.call_function(torch.add, (relu, offset))
+    relu.replace_all_uses_with(shifted, delete_user_cb=lambda user: user is not shifted)
+    gm.recompile()
+
+
+def _set(obj, name, value):
+    return lambda gm, x, options, monkeypatch: monkeypatch.setattr(obj, name, value)
+
+
+def _option(name, value):
+    return lambda gm, x, options, monkeypatch: options.__setitem__(name, value)
+
+
+def _input(make):
+    return lambda gm, x, options, monkeypatch: setattr(x, "data", make(x))
+
+
+KEY_PARTS = {
+    "graph code": _other_code,
+    "source line": _other_source_line,
+    "graph constant": _other_constant,
+    "input shape": _input(lambda x: torch.randn(4, 6)),
+    "input dtype": _input(lambda x: x.double()),
+    "input strides": _input(lambda x: torch.randn(6, 8).t()),
+    "partitioner": _option("partition_fn", aotgrad.min_cut_rematerialization_partition),
+    "decompositions": _option("decompositions", torch._decomp.get_decompositions([torch.ops.aten.addmm])),
+    "memory budget": _set(aotgrad.config, "activation_memory_budget", 0.5),
+    "memory budget bytes": _set(aotgrad.config, "activation_memory_budget_bytes", 10_000),
+    "torch version": _set(torch, "__version__", "0.0.1"),
+    "aotgrad version": _set(aotgrad, "__version__", "0.0.1"),
+    "aotgrad source": _set(disk_cache, "SOURCE_DIGEST", "edited"),
+    "default dtype": lambda gm, x, options, monkeypatch: (
+        monkeypatch.setattr(torch, "get_default_dtype", lambda: torch.float64)),
+}
+
+
+@pytest.mark.parametrize("part", KEY_PARTS)
+def test_changing_one_key_part_misses_and_the_old_entry_still_hits(cache, part, monkeypatch):
+    gm, x, options = traced_net(), torch.randn(8, 6), {}
+    assert compile_graph(gm, x) == "stored"
+    changed_gm, changed_x = copy.deepcopy(gm), x.clone()
+    with monkeypatch.context() as patches:
+        KEY_PARTS[part](changed_gm, changed_x, options, patches)
+        assert compile_graph(changed_gm, changed_x, **options) == "stored"
+    assert compile_graph(gm, x) == "hit"
+    assert disk_cache.counters["rejected"] == 0 and len(entries(cache)) == 2
+
+
+def test_requires_grad_of_an_input_is_in_the_key(cache):
+    gm = traced_net()
+    assert compile_graph(gm, torch.randn(8, 6)) == "stored"
+    assert compile_graph(gm, torch.randn(8, 6, requires_grad=True)) == "stored"
+    assert compile_graph(gm, torch.randn(8, 6, requires_grad=True)) == "hit"
+
+
+def test_autocast_is_in_the_key(cache):
+    gm, x = traced_net(), torch.randn(8, 6)
+    assert compile_graph(gm, x) == "stored"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compile_graph(gm, x) == "stored"
+        assert compile_graph(gm, x) == "hit"
+
+
+def test_a_graph_calling_a_user_function_is_not_cached(cache):
+    def user_function(t):
+        return t * 2
+    gm = traced_net()
+    relu = _relu(gm)
+    relu.target, relu.kwargs = user_function, {}  # its code could change while the graph's stays the same
+    gm.recompile()
+    assert disk_cache.graph_key(gm, aotgrad.pipeline.Options(aotgrad.nop)) is None
+    assert compile_graph(gm, torch.randn(8, 6)) == "off"
+    assert entries(cache) == []
+
+
+def test_symbolic_graphs_are_not_stored(cache):
+    model, x = net_and_input()
+    torch._dynamo.reset()
+    torch.compile(model, backend="aotgrad", dynamic=True)(x)
+    assert compile_graph(traced_net(), x, dynamic=True) == "not stored: the graphs have symbolic sizes"
+    assert entries(cache) == [] and disk_cache.counters["stores"] == 0
+
+
+def test_cache_dir_none_turns_the_cache_off(cache, monkeypatch):
+    monkeypatch.setattr(aotgrad.config, "cache_dir", None)
+    model, x = net_and_input()
+    eager = train_step(copy.deepcopy(model), x, None)
+    for _ in range(2):
+        result = train_step(copy.deepcopy(model), x, "aotgrad")
+        assert result["cache"] == ["off"]
+        assert_same_training(result, eager)
+    assert not cache.exists() and disk_cache.counters == {"hits": 0, "misses": 0, "stores": 0, "rejected": 0}
+
+
+def load_entry(path: Path):
+    """(Partitioned, out_spec) of a stored entry, in a new fake mode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return disk_cache.load(disk_cache.stored_key(path), FakeTensorMode())
+
+
+def test_an_unpicklable_value_is_not_stored_and_nothing_is_written(cache):
+    compile_graph(traced_net(), torch.randn(8, 6))
+    [path] = entries(cache)
+    partitioned, out_spec = load_entry(path)
+    partitioned.dead_ends = [lambda: 0]
+    reason = disk_cache.store(disk_cache.entry_key("graph", ("call",)), partitioned, out_spec)
+    assert reason.startswith(f"not stored: the payload names {__name__}.")
+    assert entries(cache) == [path] and not list(cache.glob("**/*.tmp"))
+
+
+def test_a_saved_value_loads_as_one_fake_tensor_in_both_graphs(cache):
+    compile_graph(traced_net(), torch.randn(8, 6, requires_grad=True))
+    partitioned, _ = load_entry(entries(cache)[0])
+    outputs = partitioned.forward.graph.find_nodes(op="output")[0].args[0]
+    saved = [node.meta["val"] for node in outputs[partitioned.num_forward_outputs:]]
+    placeholders = partitioned.backward.graph.find_nodes(op="placeholder")
+    assert saved and all(p.meta["val"] is s for p, s in zip(placeholders, saved))
+
+
+def test_clear_deletes_every_entry(cache):
+    gm = traced_net()
+    compile_graph(gm, torch.randn(8, 6))
+    compile_graph(gm, torch.randn(4, 6))
+    assert disk_cache.clear() == 2 and entries(cache) == []
+
+
+# -- corruption -----------------------------------------------------------------
+
+def _flip_payload_byte(data: bytes) -> bytes:
+    return data[:-100] + bytes([data[-100] ^ 0xFF]) + data[-99:]
+
+
+def _edit_header(data: bytes, **edits) -> bytes:
+    """The entry with header fields changed (a well-formed header saying something else)."""
+    header, payload = disk_cache._split(data)
+    header.update({field: edit(header[field]) for field, edit in edits.items()})
+    text = json.dumps(header).encode()
+    return disk_cache.MAGIC + disk_cache._HEADER.pack(disk_cache.FORMAT_VERSION, len(text)) + text + payload
+
+
+def _format_version(data: bytes) -> bytes:
+    start = len(disk_cache.MAGIC)
+    return data[:start] + (disk_cache.FORMAT_VERSION + 1).to_bytes(4, "little") + data[start + 4:]
+
+
+CORRUPTIONS = {  # name: (corrupt the entry's bytes, why it is rejected)
+    "truncated": (lambda data: data[: len(data) // 2], "checksum mismatch"),
+    "flipped payload byte": (_flip_payload_byte, "checksum mismatch"),
+    "garbage": (lambda data: os.urandom(len(data)), "no aotgrad cache header"),
+    "empty": (lambda data: b"", "no aotgrad cache header"),
+    "format version": (_format_version, f"format {disk_cache.FORMAT_VERSION + 1}, this aotgrad reads"),
+    "entry of another key": (lambda data: _edit_header(data, key=lambda key: key + " "), "stored for another key"),
+    "written by another torch": (lambda data: _edit_header(data, torch=lambda version: "0.1"),
+                                 "written by torch 0.1"),
+}
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_corrupt_entry_is_rejected_rebuilt_and_correct(cache, corruption, caplog):
+    corrupt, why = CORRUPTIONS[corruption]
+    model, x = net_and_input()
+    eager = train_step(copy.deepcopy(model), x, None)
+    train_step(copy.deepcopy(model), x, "aotgrad")
+    [path] = entries(cache)
+    path.write_bytes(corrupt(path.read_bytes()))
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        rebuilt = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert rebuilt["cache"] == ["stored"] and disk_cache.counters["rejected"] == 1
+    assert f"rejected {path}" in caplog.text and why in caplog.text, caplog.text
+    assert_same_training(rebuilt, eager)
+    assert train_step(copy.deepcopy(model), x, "aotgrad")["cache"] == ["hit"]
+
+
+def test_entry_whose_graphs_disagree_with_their_facts_is_rejected(cache, monkeypatch):
+    gm, x = traced_net(), torch.randn(8, 6)
+    compile_graph(gm, x)
+    real_loads = graph_pickle.loads
+
+    def inconsistent(*args):
+        loaded = real_loads(*args)
+        loaded["partitioned"].num_primals += 1
+        return loaded
+    monkeypatch.setattr(graph_pickle, "loads", inconsistent)
+    assert compile_graph(gm, x) == "stored" and disk_cache.counters["rejected"] == 1
+
+
+# -- concurrency ----------------------------------------------------------------
+
+WRITER = """
+import json, os, sys, time, torch, aotgrad
+from pathlib import Path
+from aotgrad import disk_cache
+from {module} import compile_graph, entries, load_entry, traced_net
+go = Path(sys.argv[1])
+disk_cache.SOURCE_DIGEST = sys.argv[2]
+while not go.exists():
+    time.sleep(0.005)
+gm = traced_net()
+for batch in (8, 4, 2):  # each stores or loads: all three entries exist afterwards
+    compile_graph(gm, torch.randn(batch, 6))
+paths = entries(Path(aotgrad.config.cache_dir))
+for _ in range(20):  # rewrite each entry and read it back while the other writers do the same
+    for path in paths:
+        loaded = load_entry(path)
+        assert loaded is not None, path
+        assert disk_cache.store(disk_cache.stored_key(path), *loaded) == "stored"
+print(json.dumps(aotgrad.counters["disk_cache"]))
+"""
+
+
+def test_concurrent_writers_leave_whole_entries(cache):
+    go = cache.parent / "go"
+    writers = [run_worker(cache, WRITER, str(go), disk_cache.SOURCE_DIGEST) for _ in range(3)]
+    time.sleep(0.5)
+    go.touch()
+    for writer in writers:
+        assert worker_result(writer)["rejected"] == 0
+    assert not list(cache.glob("**/*.tmp")) and len(entries(cache)) == 3
+    gm = traced_net()
+    for batch in (8, 4, 2):
+        assert compile_graph(gm, torch.randn(batch, 6)) == "hit"
+    assert disk_cache.counters["rejected"] == 0

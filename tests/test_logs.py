@@ -1,0 +1,205 @@
+"""Logs and progress: config.log_level / AOTGRAD_LOG drive the `aotgrad` loggers; long compiles
+on a terminal say which phase they are in."""
+import io
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import torch
+
+import aotgrad
+from aotgrad import config, logs
+from aotgrad.phases import Phases
+
+log = logging.getLogger("aotgrad")
+
+
+class Records(logging.Handler):
+    """Collects what reaches it, without changing any logger's level."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+class LogLevelTest(unittest.TestCase):
+    def setUp(self):
+        self.knob, self.level = config.log_level, log.level
+        self.records = Records()
+        log.addHandler(self.records)
+
+    def tearDown(self):
+        log.removeHandler(self.records)
+        config.log_level = "warning"
+        logs.apply_log_level()
+        config.log_level = self.knob
+        log.setLevel(self.level)
+
+
+class LogLevel(LogLevelTest):
+    def test_debug_logs_name_each_phase_and_its_time(self):
+        config.log_level = "debug"
+        g = aotgrad.aot_function(lambda x: x.sin() * 2, aotgrad.nop)
+        g(torch.randn(3, requires_grad=True))
+        messages = [r.getMessage() for r in self.records.records]
+        for phase in ("trace", "functionalize", "partition", "compile"):
+            self.assertTrue(any(f": {phase} " in m and m.endswith(" ms") for m in messages), (phase, messages))
+        self.assertTrue(any("compiled in" in m for m in messages), messages)
+
+    def test_info_shows_info_but_not_debug(self):
+        config.log_level = "info"
+        logs.apply_log_level()
+        log.debug("hidden")
+        logging.getLogger("aotgrad.partition.min_cut").info("shown")
+        self.assertEqual([r.getMessage() for r in self.records.records], ["shown"])
+
+    def test_warning_restores_the_level_logging_had(self):
+        log.setLevel(logging.ERROR)  # the user's own choice, before aotgrad raised it
+        config.log_level = "debug"
+        logs.apply_log_level()
+        self.assertEqual(log.level, logging.DEBUG)
+        config.log_level = "warning"
+        logs.apply_log_level()
+        self.assertEqual(log.level, logging.ERROR)
+
+    def test_level_names_are_case_insensitive(self):
+        config.log_level = "DeBuG"
+        logs.apply_log_level()
+        self.assertEqual(log.level, logging.DEBUG)
+
+    def test_child_loggers_inherit_the_level(self):
+        config.log_level = "debug"
+        logs.apply_log_level()
+        for name in ("aotgrad.compiled_autograd", "aotgrad.distributed", "aotgrad.partition.min_cut"):
+            self.assertTrue(logging.getLogger(name).isEnabledFor(logging.DEBUG), name)
+
+    def test_unknown_level_is_an_error_naming_the_knob(self):
+        config.log_level = "verbose"
+        with self.assertRaisesRegex(ValueError, r"^aotgrad.config.log_level is 'verbose'; it must be one of "
+                                                r"'warning', 'info' or 'debug'"):
+            logs.apply_log_level()
+
+    def test_unknown_level_from_the_environment_names_AOTGRAD_LOG(self):
+        old = os.environ.get("AOTGRAD_LOG")
+        os.environ["AOTGRAD_LOG"] = config.log_level = "loud"
+        try:
+            with self.assertRaisesRegex(ValueError, r"^AOTGRAD_LOG is 'loud'.*unset AOTGRAD_LOG"):
+                logs.apply_log_level()
+        finally:
+            if old is None:
+                del os.environ["AOTGRAD_LOG"]
+            else:
+                os.environ["AOTGRAD_LOG"] = old
+
+
+class StderrHandler(LogLevelTest):
+    def setUp(self):
+        super().setUp()
+        log.removeHandler(self.records)  # no handler anywhere: aotgrad must add its own
+        self.root_handlers = logging.root.handlers[:]
+        logging.root.handlers.clear()
+        self.stderr = sys.stderr
+        sys.stderr = io.StringIO()
+
+    def tearDown(self):
+        sys.stderr = self.stderr
+        logging.root.handlers[:] = self.root_handlers
+        log.addHandler(self.records)
+        super().tearDown()
+
+    def test_added_once_when_nothing_would_show_the_records_and_removed_at_warning(self):
+        config.log_level = "debug"
+        logs.apply_log_level()
+        config.log_level = "DEBUG"
+        logs.apply_log_level()  # a new value, the same level: still one handler
+        self.assertEqual(len(log.handlers), 1)
+        log.debug("aotgrad f: trace 1.0 ms")
+        self.assertEqual(sys.stderr.getvalue(), "aotgrad f: trace 1.0 ms\n")
+        config.log_level = "warning"
+        logs.apply_log_level()
+        self.assertEqual(log.handlers, [])
+
+    def test_not_added_when_the_application_has_a_handler(self):
+        logging.root.addHandler(logging.NullHandler())
+        config.log_level = "info"
+        logs.apply_log_level()
+        self.assertEqual(log.handlers, [])
+
+
+class Environment(unittest.TestCase):
+    def test_AOTGRAD_LOG_debug_prints_phase_times_to_stderr(self):
+        code = ("import torch, aotgrad\n"
+                "aotgrad.aot_function(lambda x: x.cos(), aotgrad.nop)(torch.randn(2, requires_grad=True))\n")
+        env = {**os.environ, "AOTGRAD_LOG": "debug"}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertRegex(done.stderr, r"aotgrad <lambda>: trace \d+\.\d ms")
+        self.assertRegex(done.stderr, r"aotgrad <lambda>: compiled in \d+\.\d ms")
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal; `wrote` is set on each write."""
+
+    def __init__(self):
+        super().__init__()
+        self.wrote = threading.Event()
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        n = super().write(text)
+        self.wrote.set()
+        return n
+
+
+class Progress(unittest.TestCase):
+    def run_phases(self, stream, after: float, names=("trace", "partition", "compile")) -> str:
+        phases = Phases("step", stream=stream, progress_after=after)
+        for name in names:
+            with phases(name):
+                pass
+        phases.finish()
+        return stream.getvalue()
+
+    def test_a_long_compile_on_a_terminal_names_each_phase_then_the_total(self):
+        lines = self.run_phases(Terminal(), after=0.0).splitlines()
+        self.assertEqual(len(lines), 4, lines)
+        for line, phase in zip(lines, ("trace", "partition", "compile")):
+            self.assertRegex(line, rf"^aotgrad: compiling step — {phase} \(\d+\.\d s\)$")
+        self.assertRegex(lines[3], r"^aotgrad: compiled step in \d+\.\d s$")
+
+    def test_a_fast_compile_prints_nothing(self):
+        self.assertEqual(self.run_phases(Terminal(), after=60.0), "")
+
+    def test_a_stream_that_is_no_terminal_gets_nothing(self):
+        self.assertEqual(self.run_phases(io.StringIO(), after=0.0), "")
+
+    def test_a_phase_running_past_the_threshold_is_named_while_it_runs(self):
+        stream = Terminal()
+        phases = Phases("step", stream=stream, progress_after=0.05)
+        with phases("trace"):
+            self.assertTrue(stream.wrote.wait(10))  # the timer printed, inside the phase
+            self.assertRegex(stream.getvalue(), r"^aotgrad: compiling step — trace \(\d+\.\d s\)\n$")
+        with phases("partition"):
+            pass
+        phases.finish()
+        self.assertEqual(len(stream.getvalue().splitlines()), 3)
+
+    def test_a_failed_compile_stops_its_progress(self):
+        stream = Terminal()
+        phases = Phases("step", stream=stream, progress_after=0.0)
+        with self.assertRaises(RuntimeError):
+            with phases("trace"):
+                raise RuntimeError("trace failed")
+        time.sleep(0.05)  # (a timer left running would have had time to print)
+        phases.finish()  # (not called by a failed compile; if it were, it would say nothing more)
+        self.assertRegex(stream.getvalue(), r"^aotgrad: compiling step — trace \(\d+\.\d s\)\n$")
+        self.assertFalse(phases.progress.timer.is_alive())
