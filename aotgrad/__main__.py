@@ -14,9 +14,17 @@ def _demo(argv: list[str]) -> int:
     return demo.main(argv)
 
 
+def _report(argv: list[str]) -> int:
+    from aotgrad import report
+
+    return report.main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "train a small CNN eagerly and with torch.compile(backend=\"aotgrad\"); "
                     "compare speed, saved activations, and results"),
+    "report": (_report, "run a script (or -m module) with aotgrad's backends; write one HTML page of its "
+                        "graphs, memory-vs-recompute curves, recompile reasons and timings"),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -194,3 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     breaks = sum(counters["graph_break"].values())
     passed = report(eager, compiled, compare_runs(eager, compiled), graphs, breaks, args.steps)
     return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,6 +33,9 @@ _local = threading.local()     # .stack: enabled contexts; .callbacks: while a c
 _lock = threading.Lock()
 _active = 0                    # enabled contexts over all threads
 _original_engine = None
+# Watchers of captures (`python -m aotgrad report`): each is called as watcher(gm, reasons)
+# with every graph captured, before compiler_fn sees it, and why the cache missed.
+capture_watchers: list[Callable] = []
 
 
 def _stack() -> list:
@@ -191,6 +194,8 @@ class CompiledAutograd:
             for plan in collected.plans:
                 log.debug("%s", plan.label)
             log.debug("%s", format_graph(gm, "compiled_autograd_graph"))
+        for watcher in list(capture_watchers):
+            watcher(gm, reasons)
         compiled = self.compiler_fn(gm)
         graph_cache.count("compiles")
         entry = graph_cache.Entry(compiled, list(collected.sizes.values), dynamic, guards)

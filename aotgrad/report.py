@@ -1,0 +1,548 @@
+"""`python -m aotgrad report SCRIPT.py [args]`: one HTML page of everything a script compiled.
+
+In: a script (or `-m module`) and its arguments. It runs as `__main__` with aotgrad's
+backends in place of the ones it asks torch.compile for (`substitute`), while three
+watchers listen: `phases.watch()` (every ahead-of-time compile's `CompileRecord`), the
+compiled-autograd capture watchers (each captured backward and why the cache missed), and
+Dynamo's compilation metrics (each frame compiled, and why it recompiled).
+Out: one self-contained HTML file (inline CSS, PNGs as data URIs, no scripts): a summary,
+then per graph its phase timings, forward and backward graphs, saved-for-backward table and
+memory-vs-recompute curve (min-cut partitions of its joint graph), then the captures, the
+recompile reasons and the timings. A script that raises still gets its page, with the
+traceback, and the command exits non-zero.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import functools
+import html
+import io
+import os
+import runpy
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+import torch.fx as fx
+
+from aotgrad import phases
+from aotgrad.printing import format_graph
+
+# --backend auto: what each torch.compile backend name runs as (other names are kept).
+AUTO_BACKENDS = {"inductor": "aotgrad_inductor", "aot_eager": "aotgrad"}
+BACKEND_CHOICES = ("auto", "aotgrad", "aotgrad_inductor", "keep")
+# The memory budgets whose min-cut partitions the curve marks (0.0: the fewest bytes).
+CURVE_BUDGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+# Joint graphs larger than this get no curve (each budget solves a few min-cut problems).
+CURVE_MAX_NODES = 20_000
+
+
+# -- what a run collects ----------------------------------------------------------------
+
+@dataclass
+class Frame:
+    """One Dynamo frame compile (torch._dynamo.utils.get_compilation_metrics())."""
+    compile_id: str
+    name: str
+    where: str                  # file:line of the compiled function
+    seconds: float
+    recompile_reason: str | None
+    failure: str | None
+
+
+@dataclass
+class Graph:
+    """One ahead-of-time compile, and the Dynamo frame compile it was part of."""
+    record: phases.CompileRecord
+    compile_id: str | None
+    frame: Frame | None = None
+
+
+@dataclass
+class Capture:
+    """One compiled-autograd capture: the graph as captured, and why the cache missed."""
+    text: str
+    reasons: list[str]
+    nodes: int
+
+
+@dataclass
+class Curve:
+    """Saved bytes against recompute cost (partition/cost.py's model) for one joint graph."""
+    hull: list[tuple[int, int]]                          # the lambda sweep's lower hull
+    budgets: list[tuple[float, int, int, int]]           # (budget, bytes, recompute, backward peak)
+    chosen: tuple[int, int, int] | None                  # this compile's partition, the same three
+
+
+@dataclass
+class Run:
+    command: list[str]                 # what ran: ["script.py", *args] or ["-m", "module", *args]
+    backend: str
+    graphs: list[Graph] = field(default_factory=list)
+    captures: list[Capture] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
+    substitutions: Counter = field(default_factory=Counter)   # (asked, given, dropped options) -> calls
+    graph_breaks: Counter = field(default_factory=Counter)
+    compiled_autograd: dict = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    exit_status: int = 0
+    traceback: str = ""
+
+
+# -- the command line -------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m aotgrad report",
+        usage="python -m aotgrad report [--out PATH] [--backend CHOICE] (SCRIPT.py | -m MODULE) [args ...]",
+        description="Run a script with aotgrad's backends and write one HTML page of every graph it compiled.")
+    parser.add_argument("--out", default="aotgrad_report.html", help="the page to write (default %(default)s)")
+    parser.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
+                        help="auto (default): torch.compile's inductor (or no backend) runs as aotgrad_inductor "
+                             "and aot_eager as aotgrad; aotgrad or aotgrad_inductor: every backend named by a "
+                             "string runs as that one; keep: the script's choice")
+    return parser
+
+
+def split_command_line(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The report's own options, and what to run: the script (or `-m`, module) and its
+    arguments, which may look like options themselves.
+
+        ["--out", "r.html", "-m", "aotgrad", "demo", "--steps", "3"]
+        -> (["--out", "r.html"], ["-m", "aotgrad", "demo", "--steps", "3"])
+    """
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" or not arg.startswith("-"):
+            return argv[:i], argv[i:]
+        i += 2 if arg in ("--out", "--backend") else 1
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser()
+    own, command = split_command_line(argv)
+    options = parser.parse_args(own)
+    if not command or command == ["-m"]:
+        parser.error("name a script to run (SCRIPT.py [args]) or a module (-m MODULE [args])")
+    if command[0] != "-m" and not os.path.isfile(command[0]):
+        parser.error(f"no such script: {command[0]}")
+    out = os.path.abspath(options.out)  # before the script runs: it may change directory
+    run = run_with_report(command, options.backend)
+    started = time.perf_counter()
+    page = render(run)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(page)
+    print(f"aotgrad report: wrote {out} (graphs: {len(run.graphs)}, compiled-autograd captures: "
+          f"{len(run.captures)}, Dynamo frame compiles: {len(run.frames)}; page made in "
+          f"{time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    return run.exit_status
+
+
+# -- running the script -----------------------------------------------------------------
+
+def run_with_report(command: list[str], backend: str = "auto") -> Run:
+    """Run `command` (as `python` would, minus the interpreter) and collect what it compiled.
+    aotgrad's disk cache is off for the run: a graph loaded from it has no joint graph to
+    draw the memory-vs-recompute curve from."""
+    import aotgrad  # registers the backends
+
+    run = Run(command, backend)
+    started = time.perf_counter()
+    cache_dir, aotgrad.config.cache_dir = aotgrad.config.cache_dir, None  # every graph traced: joints for the curves
+    try:
+        with substitute(backend, run.substitutions), watching(run):
+            run.exit_status, run.traceback = run_as_main(command)
+    finally:
+        aotgrad.config.cache_dir = cache_dir
+    run.wall_seconds = time.perf_counter() - started
+    return run
+
+
+def run_as_main(command: list[str]) -> tuple[int, str]:
+    """Run a script or `-m` module as __main__ with sys.argv set; (exit status, traceback)."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    try:
+        if command[0] == "-m":
+            sys.argv = [command[1], *command[2:]]
+            runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+        else:
+            script = command[0]
+            sys.argv = list(command)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            runpy.run_path(script, run_name="__main__")
+        return 0, ""
+    except SystemExit as e:
+        if e.code is None or e.code == 0:
+            return 0, ""
+        status = e.code if isinstance(e.code, int) else 1
+        return status, f"SystemExit: {e.code}"
+    except BaseException as e:  # noqa: BLE001 - the page is written whatever the script raised
+        text = _user_traceback(e)
+        print(text, file=sys.stderr, end="")
+        return 1, text
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _user_traceback(e: BaseException) -> str:
+    """The traceback from the script's first frame on (runpy's and ours left out)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") in (__name__, "runpy"):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+@contextlib.contextmanager
+def substitute(choice: str, substitutions: Counter) -> Iterator[None]:
+    """torch.compile with aotgrad's backends for the block (`--backend`); restored after.
+    A substituted backend drops `mode` and `options` (Inductor's; aotgrad's take none)."""
+    if choice == "keep":
+        yield
+        return
+    original = torch.compile
+
+    @functools.wraps(original)
+    def compile(model=None, **kwargs):
+        asked = kwargs.get("backend", "inductor")
+        given = _substitute(asked, choice)
+        if given != asked:
+            dropped = tuple(k for k in ("mode", "options") if kwargs.pop(k, None) is not None)
+            kwargs["backend"] = given
+            substitutions[(asked, given, dropped)] += 1
+        return original(model, **kwargs)
+
+    torch.compile = compile
+    try:
+        yield
+    finally:
+        torch.compile = original
+
+
+def _substitute(asked, choice: str):
+    if not isinstance(asked, str):  # the script's own compiler function
+        return asked
+    return AUTO_BACKENDS.get(asked, asked) if choice == "auto" else choice
+
+
+@contextlib.contextmanager
+def watching(run: Run) -> Iterator[None]:
+    """Collect compile records, compiled-autograd captures and Dynamo's frame metrics."""
+    from torch._dynamo import utils as dynamo_utils
+
+    from aotgrad.compiled_autograd import cache as ca_cache
+    from aotgrad.compiled_autograd import engine as ca_engine
+
+    def on_record(record: phases.CompileRecord) -> None:
+        compile_id = torch._guards.CompileContext.current_compile_id()
+        run.graphs.append(Graph(record, None if compile_id is None else str(compile_id)))
+
+    def on_capture(gm: fx.GraphModule, reasons: list[str]) -> None:
+        nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        run.captures.append(Capture(format_graph(gm, "compiled_autograd_graph"), list(reasons), nodes))
+
+    dynamo_utils.clear_compilation_metrics()
+    dynamo_utils.set_compilation_metrics_limit(100_000)
+    ca_before = dict(ca_cache.counters)
+    ca_engine.capture_watchers.append(on_capture)
+    try:
+        with phases.watch(on_record):
+            yield
+    finally:
+        ca_engine.capture_watchers.remove(on_capture)
+        run.frames = [_frame(m) for m in dynamo_utils.get_compilation_metrics()]
+        dynamo_utils.set_compilation_metrics_limit(dynamo_utils.DEFAULT_COMPILATION_METRICS_LIMIT)
+        run.graph_breaks = Counter(dynamo_utils.counters["graph_break"])
+        run.compiled_autograd = {k: v - ca_before.get(k, 0) for k, v in ca_cache.counters.items()}
+        _match_frames(run)
+
+
+def _frame(metrics) -> Frame:
+    where = f"{os.path.basename(metrics.co_filename or '?')}:{metrics.co_firstlineno}"
+    failure = f"{metrics.fail_type}: {metrics.fail_reason}" if metrics.fail_type else None
+    return Frame(str(metrics.compile_id), metrics.co_name or "?", where, metrics.entire_frame_compile_time_s or 0.0,
+                 metrics.recompile_reason, failure)
+
+
+def _match_frames(run: Run) -> None:
+    """Each graph's frame: the next frame compile with its compile id (ids restart after
+    torch._dynamo.reset(), so in order, not by id alone)."""
+    j = 0
+    for graph in run.graphs:
+        k = next((k for k in range(j, len(run.frames)) if run.frames[k].compile_id == graph.compile_id), None)
+        if k is not None:
+            graph.frame, j = run.frames[k], k
+
+
+# -- memory against recompute -----------------------------------------------------------
+
+def tradeoff_curve(record: phases.CompileRecord) -> Curve | None:
+    """The joint graph's min-cut trade-off: the hull of (saved bytes, recompute cost), the
+    partitions at CURVE_BUDGETS, and where this compile's own partition lies. Reads the
+    joint graph only (split_joint and the cut problem build their own structures)."""
+    from aotgrad.partition import min_cut
+    from aotgrad.partition.graphs import split_joint
+
+    if record.joint is None or record.forward is None:
+        return None
+    problem = min_cut.cut_problem(split_joint(record.joint, record.num_forward_outputs))
+    if not problem.needed:
+        return None
+    hull = min_cut.hull_cuts(problem)  # most bytes first
+    budgets = []
+    for budget in CURVE_BUDGETS:
+        try:
+            cut = min_cut.choose_cut(problem, budget, None) if budget > 0 else hull[-1]
+        except min_cut.MemoryBudgetError:  # no partition saves that little
+            continue
+        budgets.append((budget, cut.bytes, cut.recompute, problem.schedule(cut.saved).peak))
+    saved = _saved_in_joint(record.joint, record.forward)
+    chosen = None
+    if saved is not None:
+        cut = min_cut.score_saved(problem, saved)
+        chosen = (cut.bytes, cut.recompute, problem.schedule(cut.saved).peak)
+    return Curve([(c.bytes, c.recompute) for c in hull], budgets, chosen)
+
+
+def _saved_in_joint(joint: fx.GraphModule, forward: fx.GraphModule) -> list[fx.Node] | None:
+    """The joint's nodes for the forward's saved outputs (matched by name), or None when
+    some have no counterpart (a copy the runtime added)."""
+    num_saved = forward.meta.get("num_saved", 0)
+    outputs = forward.graph.output_node().args[0]
+    by_name = {n.name: n for n in joint.graph.nodes}
+    saved = [o for o in outputs[len(outputs) - num_saved:] if isinstance(o, fx.Node)]
+    if any(o.name not in by_name for o in saved):
+        return None
+    return [by_name[o.name] for o in saved]
+
+
+def plot_curve(curve: Curve, title: str) -> bytes:
+    """The curve as a PNG (matplotlib's Agg canvas; pyplot and its global state untouched)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.8), dpi=100)
+    ax = fig.add_subplot()
+    hull = sorted(curve.hull)
+    ax.plot([b / 1024 for b, _ in hull], [c for _, c in hull], "-o", color="#4c72b0", markersize=4,
+            label="min-cut hull (price sweep)")
+    labels: dict[tuple[int, int], list[str]] = {}  # budgets that got the same partition share a label
+    for budget, nbytes, recompute, _ in curve.budgets:
+        labels.setdefault((nbytes, recompute), []).append(f"{budget:g}")
+    if labels:
+        ax.scatter([b / 1024 for b, _ in labels], [c for _, c in labels], marker="s", s=30, color="#55a868",
+                   zorder=3, label="memory_budget")
+        for (nbytes, recompute), names in labels.items():
+            ax.annotate(", ".join(names), (nbytes / 1024, recompute), textcoords="offset points", xytext=(5, 5),
+                        fontsize=7)
+    if curve.chosen is not None:
+        ax.scatter([curve.chosen[0] / 1024], [curve.chosen[1]], marker="*", s=220, color="#c44e52", zorder=4,
+                   label="this compile's partition")
+    ax.set_xlabel("saved for backward (KiB, cost model)")
+    ax.set_ylabel("recompute cost (bytes moved)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+# -- the page ---------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1150px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 2px solid #4c72b0; padding-bottom: .2em; margin-top: 1.8em; }
+h3 { margin-bottom: .3em; } article { border: 1px solid #ddd; border-radius: 6px; padding: .2em 1em 1em;
+  margin: 1em 0; }
+table { border-collapse: collapse; font-size: 13px; margin: .5em 0; }
+th, td { border: 1px solid #ddd; padding: 2px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f3f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+pre { background: #f6f8fa; border: 1px solid #e4e7eb; padding: .6em; overflow-x: auto; font-size: 12px; }
+pre.traceback, .failed { background: #fdecec; border-color: #e8b4b4; }
+summary { cursor: pointer; font-weight: 600; margin: .4em 0; }
+img.curve { max-width: 100%; border: 1px solid #eee; }
+.note { color: #666; font-size: 13px; }
+"""
+
+
+def render(run: Run) -> str:
+    """The whole page, every text escaped."""
+    sections = [_summary(run)]
+    if run.traceback:
+        sections.append(f'<section id="error"><h2>The script failed</h2>'
+                        f'<pre class="traceback">{_e(run.traceback)}</pre></section>')
+    sections += [_graphs(run), _captures(run), _recompiles(run), _timings(run)]
+    title = f"aotgrad report: {' '.join(run.command)}"
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f'<style>{_CSS}</style></head>\n<body>\n<h1>{_e(title)}</h1>\n' + "\n".join(sections)
+            + "\n</body></html>\n")
+
+
+def _summary(run: Run) -> str:
+    status = "ok" if run.exit_status == 0 else f"failed (exit status {run.exit_status})"
+    compile_seconds = sum(g.record.total for g in run.graphs)
+    rows = [("command", " ".join(run.command)), ("exit", status), ("wall time", _seconds(run.wall_seconds)),
+            ("graphs compiled ahead of time", len(run.graphs)),
+            ("aotgrad compile time (all graphs)", _seconds(compile_seconds)),
+            ("Dynamo frame compiles", len(run.frames)),
+            ("Dynamo compile time (includes aotgrad's)", _seconds(sum(f.seconds for f in run.frames))),
+            ("compiled-autograd captures", len(run.captures)),
+            ("recompiles", sum(1 for f in run.frames if f.recompile_reason) + _capture_misses(run)),
+            ("backends (--backend)", run.backend)]
+    for (asked, given, dropped), calls in run.substitutions.items():
+        note = f"; dropped {', '.join(dropped)}" if dropped else ""
+        rows.append(("substituted", f"torch.compile(backend={asked!r}) ran as {given!r} ({calls} calls{note})"))
+    return f'<section id="summary"><h2>Summary</h2>{_table(("", ""), rows, "summary", header=False)}</section>'
+
+
+def _capture_misses(run: Run) -> int:
+    return max(len(run.captures) - 1, 0) if run.captures else 0
+
+
+def _graphs(run: Run) -> str:
+    parts = ['<section id="graphs"><h2>Compiled graphs</h2>']
+    if not run.graphs:
+        parts.append('<p class="note">No graph was compiled ahead of time.</p>')
+    parts += [_graph(i, graph) for i, graph in enumerate(run.graphs)]
+    return "\n".join(parts) + "</section>"
+
+
+def _graph(i: int, graph: Graph) -> str:
+    record = graph.record
+    heading = f"Graph {i}: {record.fn_name}"
+    if graph.frame is not None:
+        heading += f" (Dynamo frame {graph.frame.name} at {graph.frame.where}, compile {graph.frame.compile_id})"
+    parts = [f'<article class="graph" id="graph-{i}"><h3>{_e(heading)}</h3>']
+    if graph.frame is not None and graph.frame.recompile_reason:
+        parts.append(f'<p class="why-recompiled">recompiled because: {_e(graph.frame.recompile_reason)}</p>')
+    phase_rows = [(name, _seconds(s)) for name, s in record.phases.items()] + [("total", _seconds(record.total))]
+    parts.append(_table(("phase", "time"), phase_rows, "phases"))
+    parts.append(f'<p class="note">disk cache: {_e(record.disk_cache)}</p>')
+    if record.forward is not None and record.backward is not None:
+        parts.append(_saved_table(record))
+        parts.append(_curve_figure(i, record))
+    if record.forward is not None:
+        name = "forward" if record.backward is not None else "inference"
+        parts.append(_graph_text(name, record.forward))
+    if record.backward is not None:
+        parts.append(_graph_text("backward", record.backward))
+    return "\n".join(parts) + "</article>"
+
+
+def _graph_text(name: str, gm: fx.GraphModule) -> str:
+    nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    return (f'<details open class="{name}"><summary>{name} graph ({nodes} ops)</summary>'
+            f'<pre class="fx {name}">{_e(format_graph(gm, name))}</pre></details>')
+
+
+def _saved_table(record: phases.CompileRecord) -> str:
+    from aotgrad.partition.inspection import report
+
+    partition = report(record.forward, record.backward)
+    saved = [(s.name, _shape(s.shape), str(s.dtype).replace("torch.", ""), f"{s.bytes:,}", s.made_by, s.source)
+             for s in partition.saved]
+    recomputed = [(r.name, _shape(r.shape), r.op, r.source) for r in partition.recomputed]
+    text = (f"<h4>Saved for backward: {len(saved)} values, {partition.saved_bytes:,} bytes</h4>"
+            + _table(("name", "shape", "dtype", "bytes", "made by", "at"), saved, "saved"))
+    text += f"<h4>Recomputed in backward: {len(recomputed)} ops</h4>"
+    if recomputed:
+        text += _table(("name", "shape", "op", "at"), recomputed, "recomputed")
+    return text
+
+
+def _curve_figure(i: int, record: phases.CompileRecord) -> str:
+    if record.joint is None:
+        return '<p class="note">No memory-vs-recompute curve: no joint graph (loaded from the disk cache).</p>'
+    if len(record.joint.graph.nodes) > CURVE_MAX_NODES:
+        return f'<p class="note">No memory-vs-recompute curve: the joint graph has over {CURVE_MAX_NODES} nodes.</p>'
+    try:
+        curve = tradeoff_curve(record)
+        if curve is None:
+            return '<p class="note">No memory-vs-recompute curve: the backward reads nothing from the forward.</p>'
+        png = plot_curve(curve, f"graph {i}: {record.fn_name}")
+    except ImportError as e:
+        return f'<p class="note">No memory-vs-recompute curve: {_e(e)} (pip install matplotlib).</p>'
+    except Exception as e:  # noqa: BLE001 - a curve that cannot be drawn must not lose the page
+        return f'<p class="note failed">No memory-vs-recompute curve: {_e(type(e).__name__)}: {_e(e)}</p>'
+    rows = [(f"{b:g}", f"{nbytes:,}", f"{recompute:,}", f"{peak:,}") for b, nbytes, recompute, peak in curve.budgets]
+    if curve.chosen is not None:
+        rows.append(("this compile", *(f"{v:,}" for v in curve.chosen)))
+    source = base64.b64encode(png).decode("ascii")
+    return (f'<figure class="curve" id="curve-{i}"><img class="curve" alt="memory vs recompute, graph {i}" '
+            f'src="data:image/png;base64,{source}"><figcaption class="note">Min-cut partitions of the joint '
+            f'graph: saved bytes against recompute cost (aotgrad\'s cost model), at each memory_budget; '
+            f'the star is the partition this compile used.</figcaption></figure>'
+            + _table(("memory_budget", "saved bytes", "recompute", "backward peak bytes"), rows, "budgets"))
+
+
+def _captures(run: Run) -> str:
+    parts = ['<section id="compiled-autograd"><h2>Compiled-autograd captures</h2>']
+    if run.compiled_autograd and any(run.compiled_autograd.values()):
+        parts.append(f'<p class="note">counters: {_e(", ".join(f"{k} {v}" for k, v in run.compiled_autograd.items()))}'
+                     '</p>')
+    if not run.captures:
+        parts.append('<p class="note">No backward was captured by aotgrad.compiled_autograd.</p>')
+    for i, capture in enumerate(run.captures):
+        reasons = "".join(f'<li class="reason">{_e(r)}</li>' for r in capture.reasons)
+        parts.append(f'<article class="capture" id="capture-{i}"><h3>Capture {i} ({capture.nodes} ops)</h3>'
+                     f'<p>cache miss because:</p><ul class="reasons">{reasons}</ul>'
+                     f'<details open><summary>captured graph</summary><pre class="fx capture">{_e(capture.text)}'
+                     '</pre></details></article>')
+    return "\n".join(parts) + "</section>"
+
+
+def _recompiles(run: Run) -> str:
+    items = [f'<li class="recompile-reason">Dynamo recompiled {_e(f.name)} ({_e(f.where)}, compile '
+             f'{_e(f.compile_id)}): {_e(f.recompile_reason)}</li>' for f in run.frames if f.recompile_reason]
+    items += [f'<li class="recompile-reason">compiled autograd captured again (capture {i}):<ul>'
+              + "".join(f"<li>{_e(r)}</li>" for r in c.reasons) + "</ul></li>"
+              for i, c in enumerate(run.captures) if i > 0]
+    items += [f'<li class="graph-break">graph break ({n}x): {_e(reason)}</li>'
+              for reason, n in run.graph_breaks.items()]
+    body = f'<ul>{"".join(items)}</ul>' if items else '<p class="note">No recompiles and no graph breaks.</p>'
+    return f'<section id="recompiles"><h2>Recompile reasons and graph breaks</h2>{body}</section>'
+
+
+def _timings(run: Run) -> str:
+    names = list(dict.fromkeys(name for g in run.graphs for name in g.record.phases))
+    rows = [(f"graph {i}", *(_seconds(g.record.phases[n]) if n in g.record.phases else "" for n in names),
+             _seconds(g.record.total)) for i, g in enumerate(run.graphs)]
+    graphs = _table(("graph", *names, "total"), rows, "graph-timings") if rows else ""
+    frames = [(f.compile_id, f.name, f.where, _seconds(f.seconds), f.failure or "") for f in run.frames]
+    frame_table = _table(("compile", "frame", "at", "compile time", "failure"), frames, "frame-timings") \
+        if frames else '<p class="note">No Dynamo frame was compiled.</p>'
+    return (f'<section id="timings"><h2>Timings</h2><p>script wall time {_seconds(run.wall_seconds)}</p>'
+            f'<h3>aotgrad, per graph and phase</h3>{graphs}<h3>Dynamo frame compiles</h3>{frame_table}</section>')
+
+
+def _table(headers: tuple, rows: list[tuple], cls: str, header: bool = True) -> str:
+    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr>" if header else ""
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}">{head}{body}</table>'
+
+
+def _cell(value) -> str:
+    text = str(value)
+    numeric = text.replace(",", "").replace(" ms", "").replace(" s", "").replace(".", "", 1).isdigit()
+    return f'<td class="num">{_e(text)}</td>' if numeric else f"<td>{_e(text)}</td>"
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _shape(shape: tuple) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
