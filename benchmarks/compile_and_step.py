@@ -1,9 +1,9 @@
 """Compile time, first-call time and training-step time: aotgrad against PyTorch, in one process.
 
 Configurations: eager, torch.compile with backend "aot_eager", "aotgrad", "inductor" and
-"aotgrad_inductor". Models: an MLP 64-64-64 (batch 32), a 2-block GPT (d_model 256,
-4 heads, seq 128, batch 8) and a 3-block conv-bn-relu CNN (32x32 images, batch 16); each
-model's forward ends in its loss, so forward + loss is one graph.
+"aotgrad_inductor". Models: an MLP 64-64-64 (batch 32), a GPT (d_model 256, 4 heads, seq 128,
+batch 8) with 2 blocks ("gpt"), 6 ("gpt6") or 12 ("gpt12"), and a 3-block conv-bn-relu CNN
+(32x32 images, batch 16); each model's forward ends in its loss, so forward + loss is one graph.
 
 Three measurements per model:
   aot compile  the ahead-of-time step alone, on the graph torch.compile captured (its
@@ -11,7 +11,10 @@ Three measurements per model:
                aotgrad.aot_module_simplified(gm, example_inputs, nop, nop) against
                torch._functorch.aot_autograd.aot_module_simplified(..., nop, nop);
                median of --compile-repeats after one untimed call each, the two taking
-               turns (each goes first equally often).
+               turns (each goes first equally often), each after an untimed gc.collect();
+               aotgrad's disk cache off (a cold compile: benchmarks/disk_cache.py times a warm one).
+               With several GPTs, the growth per added block between consecutive sizes
+               (linear growth: the same figure each time).
   first call   torch._dynamo.reset(), then one forward + loss + backward, with fresh
                Inductor caches (so Inductor's numbers include its C++ compile); its loss,
                parameter grads and buffers are checked against eager's.
@@ -32,7 +35,11 @@ batch; batch and sequence length for the GPT; the static size first):
                sum (one step at each size) for the ratios. After the first step no
                configuration may recompile (error_on_recompile).
 
+With --only-compile, the aot compile alone (configurations aot_eager and aotgrad; no first
+call or steps, so no checks against eager either).
+
     python benchmarks/compile_and_step.py --models mlp,gpt,cnn --iters 100 --markdown
+    python benchmarks/compile_and_step.py --only-compile --models mlp,gpt,gpt6,gpt12,cnn --compile-repeats 5 --markdown
     python benchmarks/compile_and_step.py --dynamic --models mlp,gpt,cnn --iters 50 --rounds 10 --threads 1 --markdown
 """
 from __future__ import annotations
@@ -40,6 +47,8 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import functools
+import gc
 import os
 import platform
 import shlex
@@ -48,6 +57,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+from unittest import mock
 
 import torch
 import torch.nn as nn
@@ -118,6 +128,15 @@ class CNN(nn.Module):
         return F.cross_entropy(self.head(self.body(images)), target)
 
 
+# "gpt6" is the GPT with 6 blocks: the inputs and sizes of "gpt", its family.
+GPT_BLOCKS = {"gpt": 2, "gpt6": 6, "gpt12": 12}
+
+
+def family(name: str) -> str:
+    """The model kind that fixes the inputs and sizes: "gpt" for every GPT."""
+    return "gpt" if name in GPT_BLOCKS else name
+
+
 SIZES = {"mlp": 32, "gpt": (8, 128), "cnn": 16}  # the batch; (batch, seq) for the GPT
 # --dynamic: the static size first (the one graph is captured and compiled there), then four around it.
 # None is 0 or 1, sizes torch.compile never makes symbolic; the GPT's seq stays within its 128 positions.
@@ -125,19 +144,21 @@ SIZES = {"mlp": 32, "gpt": (8, 128), "cnn": 16}  # the batch; (batch, seq) for t
 # its fake kernel guards on that (`16 <= images.size()[0]`), so below 16 every backend recompiles.
 DYNAMIC_SIZES = {"mlp": (32, 16, 24, 40, 48), "gpt": ((8, 128), (4, 96), (6, 128), (12, 112), (16, 64)),
                  "cnn": (16, 20, 24, 28, 40)}
-MODELS = {"mlp": (MLP, "MLP 64-64-64"), "gpt": (GPT, "GPT 2 blocks, d256, 4 heads"),
+MODELS = {"mlp": (MLP, "MLP 64-64-64"),
+          **{name: (functools.partial(GPT, blocks=blocks), f"GPT {blocks} blocks, d256, 4 heads")
+             for name, blocks in GPT_BLOCKS.items()},
           "cnn": (CNN, "CNN 3x conv-bn-relu, 32x32")}
 
 
 def size_text(name: str, size) -> str:
-    return f"seq {size[1]}, batch {size[0]}" if name == "gpt" else f"batch {size}"
+    return f"seq {size[1]}, batch {size[0]}" if family(name) == "gpt" else f"batch {size}"
 
 
 def make_inputs(name: str, size) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(0)
-    if name == "mlp":
+    if family(name) == "mlp":
         return torch.randn(size, 64, generator=g), torch.randn(size, 64, generator=g)
-    if name == "gpt":
+    if family(name) == "gpt":
         batch, seq = size
         tokens = torch.randint(0, 512, (batch, seq + 1), generator=g)
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
@@ -150,7 +171,8 @@ def make_model(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...], str]:
         raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
     model_class, text = MODELS[name]
     torch.manual_seed(0)
-    return model_class(), make_inputs(name, SIZES[name]), f"{text}, {size_text(name, SIZES[name])}"
+    size = SIZES[family(name)]
+    return model_class(), make_inputs(name, size), f"{text}, {size_text(name, size)}"
 
 
 # -- measurements ---------------------------------------------------------------
@@ -263,7 +285,13 @@ def time_aot_compile(capture: Capture, repeats: int) -> dict[str, float]:
     """Median seconds of aot_module_simplified with nop compilers, ours and PyTorch's, taking turns.
 
     A dynamic graph's compiles all share dynamo's ShapeEnv, whose guards accumulate; the
-    untimed first round adds them, and the turns put each compiler first equally often."""
+    untimed first round adds them, and the turns put each compiler first equally often.
+    Each compile starts from a collected heap: Python's full collection (0.2-0.4 s here, a
+    heap of ~400k objects, most of them torch's) falls due once the objects that survived
+    younger collections since the last one pass a quarter of the heap, so without it the
+    debt one compile leaves lands on the next one timed, usually the other compiler's
+    (measured on the 12-block GPT: a full collection in 5 of 6 aotgrad compiles that ran
+    after PyTorch's, none after gc.collect())."""
     from functorch.compile import nop
     from torch._functorch.aot_autograd import aot_module_simplified as torch_aot_module_simplified
     from torch._guards import tracing
@@ -274,14 +302,17 @@ def time_aot_compile(capture: Capture, repeats: int) -> dict[str, float]:
         "aotgrad": lambda: aotgrad.aot_module_simplified(gm, example_inputs, aotgrad.nop, aotgrad.nop),
     }
     seconds: dict[str, list[float]] = {name: [] for name in compilers}
-    for repeat in range(repeats + 1):  # repeat 0 is the untimed warmup
-        for name in _rotated(list(compilers), repeat):
-            with tracing(capture.tracing_context()):
-                start = time.perf_counter()
-                compilers[name]()
-                elapsed = time.perf_counter() - start
-            if repeat:
-                seconds[name].append(elapsed)
+    # every compile but the first would otherwise load the graphs from aotgrad's disk cache
+    with mock.patch.object(aotgrad.config, "cache_dir", None):
+        for repeat in range(repeats + 1):  # repeat 0 is the untimed warmup
+            for name in _rotated(list(compilers), repeat):
+                gc.collect()
+                with tracing(capture.tracing_context()):
+                    start = time.perf_counter()
+                    compilers[name]()
+                    elapsed = time.perf_counter() - start
+                if repeat:
+                    seconds[name].append(elapsed)
     return {name: statistics.median(s) for name, s in seconds.items()}
 
 
@@ -413,20 +444,22 @@ class Benchmark:
     sizes: tuple  # one size, or several with one graph for all (--dynamic)
     results: dict[str, Result]
     symbolic_inputs: list[str] = field(default_factory=list)  # --dynamic: the captured graph's
+    only_compile: bool = False  # --only-compile: no first call, no steps
 
     @property
     def dynamic(self) -> bool:
         return len(self.sizes) > 1
 
 
-def benchmark_model(name: str, configs: list[str], args) -> Benchmark:
+def benchmark_model(name: str, configs: list[str], args, only_compile: bool = False) -> Benchmark:
     dynamic = True if args.dynamic else None
     model, _, description = make_model(name)
-    sizes = DYNAMIC_SIZES[name] if dynamic else (SIZES[name],)
+    sizes = DYNAMIC_SIZES[family(name)] if dynamic else (SIZES[family(name)],)
     if dynamic:
         description = f"{MODELS[name][1]}, dynamic=True"
     inputs_by_size = [make_inputs(name, size) for size in sizes]
-    benchmark = Benchmark(name, description, sizes, {config: Result() for config in configs})
+    benchmark = Benchmark(name, description, sizes, {config: Result() for config in configs},
+                          only_compile=only_compile)
     results = benchmark.results
     if any(c in AOT_CONFIGS for c in configs):
         capture = capture_graph(copy.deepcopy(model), inputs_by_size[0], dynamic)
@@ -434,6 +467,8 @@ def benchmark_model(name: str, configs: list[str], args) -> Benchmark:
         for config, seconds in time_aot_compile(capture, args.compile_repeats).items():
             if config in results:
                 results[config].aot_compile_s = seconds
+    if only_compile:
+        return benchmark
     time_steps(model, inputs_by_size, results, args.iters, args.rounds, args.warmup, dynamic)
     time_first_calls(model, inputs_by_size, results, dynamic)
     return benchmark
@@ -452,10 +487,13 @@ def _ratio(numerator: Result | None, denominator: Result | None, attribute: str)
     return "-" if a is None or b is None else f"{a / b:.2f}"
 
 
-def ratios(results: dict[str, Result]) -> list[tuple[str, str]]:
-    get = results.get
+def ratios(benchmark: Benchmark) -> list[tuple[str, str]]:
+    get = benchmark.results.get
+    compile_ratio = ("aotgrad/aot_eager compile", _ratio(get("aotgrad"), get("aot_eager"), "aot_compile_s"))
+    if benchmark.only_compile:
+        return [compile_ratio]
     return [
-        ("aotgrad/aot_eager compile", _ratio(get("aotgrad"), get("aot_eager"), "aot_compile_s")),
+        compile_ratio,
         ("aotgrad/aot_eager step", _ratio(get("aotgrad"), get("aot_eager"), "step_median_s")),
         ("aotgrad_inductor/inductor step", _ratio(get("aotgrad_inductor"), get("inductor"), "step_median_s")),
         ("aotgrad/aot_eager first call", _ratio(get("aotgrad"), get("aot_eager"), "first_call_s")),
@@ -469,6 +507,8 @@ HEADER = ["config", "aot compile ms", "first call ms", "step ms (median)", "step
 
 
 def header(benchmark: Benchmark) -> list[str]:
+    if benchmark.only_compile:
+        return HEADER[:2]
     if not benchmark.dynamic:
         return HEADER
     return ["config", "aot compile ms", "first call ms", "compiles",
@@ -480,7 +520,9 @@ def rows(benchmark: Benchmark) -> list[list[str]]:
     table = []
     for config, r in benchmark.results.items():
         checks = ["error" if r.error else "yes" if matches else "NO" for matches in (r.loss_matches, r.state_matches)]
-        if benchmark.dynamic:
+        if benchmark.only_compile:
+            table.append([config, _ms(r.aot_compile_s)])
+        elif benchmark.dynamic:
             steps = [*map(_ms, r.step_medians_s(len(benchmark.sizes))), _ms(r.step_median_s)]
             compiles = "-" if r.compiles is None else str(r.compiles)
             table.append([config, _ms(r.aot_compile_s), _ms(r.first_call_s), compiles, *steps, *checks])
@@ -496,6 +538,20 @@ def errors(benchmark: Benchmark) -> list[str]:
                     for config, r in benchmark.results.items() if r.compiles and r.compiles > 1]
 
 
+def block_growth(benchmarks: list[Benchmark]) -> list[str]:
+    """Aot compile ms per added block between consecutive GPT sizes, per configuration: e.g.
+    "aotgrad: 2->6 blocks 31.0 ms/block, 6->12 blocks 30.5 ms/block" (equal figures: linear)."""
+    gpts = sorted((b for b in benchmarks if b.name in GPT_BLOCKS), key=lambda b: GPT_BLOCKS[b.name])
+    lines = []
+    for config in AOT_CONFIGS:
+        seconds = [(GPT_BLOCKS[b.name], b.results[config].aot_compile_s) for b in gpts if config in b.results]
+        steps = [f"{blocks_a}->{blocks_b} blocks {(b - a) / (blocks_b - blocks_a) * 1e3:.1f} ms/block"
+                 for (blocks_a, a), (blocks_b, b) in zip(seconds, seconds[1:]) if blocks_b > blocks_a]
+        if steps:
+            lines.append(f"{config}: " + ", ".join(steps))
+    return lines
+
+
 def print_text(benchmark: Benchmark) -> None:
     table = [header(benchmark), *rows(benchmark)]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -504,7 +560,7 @@ def print_text(benchmark: Benchmark) -> None:
         print("  captured graph's inputs with symbolic sizes: " + ", ".join(benchmark.symbolic_inputs))
     for row in table:
         print("  " + "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-    print("  " + ", ".join(f"{label} {value}" for label, value in ratios(benchmark.results)))
+    print("  " + ", ".join(f"{label} {value}" for label, value in ratios(benchmark)))
     for line in errors(benchmark):
         print("  " + line)
 
@@ -519,18 +575,21 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> None:
 def print_markdown(benchmarks: list[Benchmark], command: str) -> None:
     """A table of every configuration (one per model with --dynamic: the sizes differ), then the ratios."""
     print(f"\n```bash\n{command}\n```")
-    if benchmarks[0].dynamic:
+    if benchmarks[0].dynamic and not benchmarks[0].only_compile:
         for b in benchmarks:
             print(f"\n{b.description}")
             _markdown_table(header(b), rows(b))
     else:
-        _markdown_table(["model", *HEADER], [[b.description, *row] for b in benchmarks for row in rows(b)])
-    labels = [label for label, _ in ratios(benchmarks[0].results)]
-    _markdown_table(["model", *labels], [[b.description, *(value for _, value in ratios(b.results))]
-                                         for b in benchmarks])
+        _markdown_table(["model", *header(benchmarks[0])],
+                        [[b.description, *row] for b in benchmarks for row in rows(b)])
+    labels = [label for label, _ in ratios(benchmarks[0])]
+    _markdown_table(["model", *labels], [[b.description, *(value for _, value in ratios(b))] for b in benchmarks])
     for b in benchmarks:
         for line in errors(b):
             print(f"\n{b.description}: {line}")
+    growth = block_growth(benchmarks)
+    if growth:
+        print("\nGPT aot compile, growth per added block:\n\n" + "\n".join(f"- {line}" for line in growth))
 
 
 def _commit() -> str:
@@ -549,7 +608,7 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,gpt,cnn", help="comma-separated: mlp, gpt, cnn")
+    parser.add_argument("--models", default="mlp,gpt,cnn", help="comma-separated: " + ", ".join(MODELS))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
     parser.add_argument("--iters", type=int, default=100,
                         help="timed steps per configuration and model (and size, with --dynamic)")
@@ -560,6 +619,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
     parser.add_argument("--dynamic", action="store_true",
                         help="torch.compile(dynamic=True): one graph for 5 sizes per model, timed at each")
+    parser.add_argument("--only-compile", action="store_true",
+                        help="time the aot compile alone (aot_eager and aotgrad; no first call, no steps)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -567,13 +628,19 @@ def main() -> None:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configs {sorted(unknown)}")
+    if args.only_compile:
+        configs = [c for c in configs if c in AOT_CONFIGS]
+        if not configs:
+            parser.error(f"--only-compile times {' and '.join(AOT_CONFIGS)}; --configs has neither")
     machine = platform.processor() or platform.machine()
     print(f"torch {torch.__version__}, aotgrad {aotgrad.__version__} ({_commit()}), {machine}, "
           f"{torch.get_num_threads()} threads, {datetime.date.today()}, load average {_load()}")
     benchmarks = []
     for name in args.models.split(","):
-        benchmarks.append(benchmark_model(name, configs, args))
+        benchmarks.append(benchmark_model(name, configs, args, args.only_compile))
         print_text(benchmarks[-1])
+    for line in block_growth(benchmarks):
+        print("GPT aot compile, growth per added block, " + line)
     print(f"\nload average at the end {_load()}")
     if args.markdown:
         print_markdown(benchmarks, " ".join(["python", *map(shlex.quote, sys.argv)]))
