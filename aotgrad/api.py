@@ -245,17 +245,14 @@ class AotFunction:
 
         def compile_():
             flat, spec = pytree.tree_flatten((tensors, {}))
-            entry = self._compile(flat, spec, list(range(len(flat))), keep, source, list(tensors), key)
-            if entry.synthetic_base is None and entry.guard is None:
-                entry.call = call_code(self.__name__, key, [type(t) for t in tensors], self.options.dynamic,
-                                       entry.runtime, entry.out_spec, self.options.inputs_guarded)
-                entry.record.wrapper = _wrapper_source(entry)
-            return entry
+            return self._compile(flat, spec, list(range(len(flat))), keep, source, list(tensors), key, flat_call=True)
         entry = _cached(self.flat_cache, key, tensors, keep, compile_)
         self._fast = entry.call
         return entry, tensors, keep
 
-    def _compile(self, flat, spec, positions, keep, source, tensors, key):
+    def _compile(self, flat, spec, positions, keep, source, tensors, key, flat_call: bool = False):
+        """An entry for this call; `flat_call` (positional tensors only, `key` from _flat_entry):
+        with its generated call (runtime/wrapper.py) where the entry allows one."""
         out_spec: list = [None]
         index_of_kept = {k: n for n, k in enumerate(keep)}
 
@@ -281,6 +278,9 @@ class AotFunction:
                                                         self.options, fn_name=self.__name__)
         self.last_graphs = (fw_gm, bw_gm)
         entry = _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base), record=record)
+        if flat_call and synthetic_base is None and entry.guard is None:
+            entry.call = call_code(self.__name__, key, [type(t) for t in tensors], self.options.dynamic,
+                                   runtime, out_spec, self.options.inputs_guarded)
         record.wrapper = _wrapper_source(entry)
         return entry
 
@@ -327,8 +327,9 @@ def _entry_guard(sizes_guard: Callable | None, synthetic_base: SyntheticBase | N
                            and (static or sizes_guard(synthetic_base.inputs(ts, kp))))
 
 
-def _options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic) -> Options:
-    return Options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic)
+def _options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic,
+             inputs_guarded: bool = False) -> Options:
+    return Options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic, inputs_guarded)
 
 
 def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Callable | None = None, *,
@@ -383,7 +384,6 @@ def aot_module_simplified(gm: torch.nn.Module, example_inputs: Sequence[Any], fw
     inputs); returns a callable over the same flat inputs."""
     from aotgrad.simplified import compile_graph_module
 
-    compile_options = _options(fw_compiler, bw_compiler, options.get("partition_fn"), options.get("decompositions"),
-                               options.get("inference_compiler"), options.get("dynamic", False))
-    compile_options.inputs_guarded = options.get("inputs_guarded", False)
-    return compile_graph_module(gm, example_inputs, compile_options)
+    return compile_graph_module(gm, example_inputs, _options(
+        fw_compiler, bw_compiler, options.get("partition_fn"), options.get("decompositions"),
+        options.get("inference_compiler"), options.get("dynamic", False), options.get("inputs_guarded", False)))

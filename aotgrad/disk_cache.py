@@ -37,7 +37,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
 from aotgrad import config, graph_pickle
-from aotgrad.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_bytes
+from aotgrad.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_data
 
 log = logging.getLogger("aotgrad")
 
@@ -252,7 +252,7 @@ def _attribute_text(gm: fx.GraphModule, target: str, state: set[str], module_key
         if isinstance(value, FakeTensor) or value.is_meta or value.layout != torch.strided or value.is_quantized:
             raise NotCacheable(f"constant {target} is a {type(value).__name__} without plain data")
         return repr((value.dtype, tuple(value.shape), value.stride(), value.requires_grad, type(value).__name__,
-                     hashlib.sha256(tensor_bytes(value)).hexdigest()))
+                     hashlib.sha256(tensor_data(value)).hexdigest()))
     if isinstance(value, (int, float, bool, str, type(None))):
         return repr(value)
     raise NotCacheable(f"attribute {target} is a {type(value).__name__}")

@@ -160,7 +160,7 @@ def _explanation(records: list, names: list[tuple[str, str]]) -> Explanation:
     backward_graph = partition = None
     if bw is not None:
         backward_graph = format_graph(bw, "backward")
-        legend = _backward_legend(fw, bw, record, analysis, input_names, forward_roles)
+        legend = _backward_legend(fw, bw, record, input_names, forward_roles)
         backward_graph += "\n" + legend if legend else ""
         partition = report(fw, bw)
     mutated = {info.index for info in analysis.mutated_inputs} if analysis else set()
@@ -279,44 +279,23 @@ def _forward_legend(fw: fx.GraphModule, roles: list[str], training: bool) -> str
     return text
 
 
-def _backward_legend(fw: fx.GraphModule, bw: fx.GraphModule, record, analysis: ForwardAnalysis | None,
-                     input_names: list[str], forward_roles: list[str] | None) -> str:
+def _backward_legend(fw: fx.GraphModule, bw: fx.GraphModule, record, input_names: list[str],
+                     forward_roles: list[str] | None) -> str:
     """'# tangents_1 = grad of sin (output 0)' and '# returns: view_2 = grad of w', where known."""
     lines = []
     tangents = [n.name for n in bw.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
-    sources = record.tangent_sources if record.tangent_sources is not None else _tangent_sources(fw, analysis)
+    sources = record.tangent_sources
     if forward_roles is not None and sources is not None and len(sources) == len(tangents) and tangents:
         outs = _outputs(fw)
         lines.append("# " + ", ".join(f"{t} = grad of {_arg(outs[j])} ({forward_roles[j]})"
                                       for t, j in zip(tangents, sources)))
     grads = _outputs(bw)
-    grad_inputs = record.grad_inputs if record.grad_inputs is not None else (
-        [info.index for info in analysis.inputs if info.requires_grad] if analysis else None)
+    grad_inputs = record.grad_inputs
     if grad_inputs is not None and len(grad_inputs) == len(grads):
         returned = [f"{_arg(g)} = grad of {_input(input_names, i)}" for g, i in zip(grads, grad_inputs)
                     if g is not None]
         lines.append("# returns: " + (", ".join(returned) or "no grads"))
     return "\n".join(lines)
-
-
-def _tangent_sources(fw: fx.GraphModule, analysis: ForwardAnalysis | None) -> list[int] | None:
-    """The forward outputs that get a tangent, worked out as joint.py picks them (differentiable
-    outputs, and new values of inputs whose mutation autograd sees): the record's
-    `tangent_sources` when the pipeline did not fill it in."""
-    if analysis is None:
-        return None
-    outs = _outputs(fw)
-
-    def floating(j: int) -> bool:
-        val = outs[j].meta.get("val") if j < len(outs) and isinstance(outs[j], fx.Node) else None
-        return isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())
-
-    n_user = len(analysis.forward_outputs)
-    sources = [j for j, t in enumerate(analysis.forward_outputs)
-               if isinstance(t, torch.Tensor) and t.requires_grad and j not in analysis.leaf_outputs and floating(j)]
-    sources += [n_user + k for k, info in enumerate(analysis.mutated_inputs)
-                if info.mutation_visible_to_autograd and floating(n_user + k)]
-    return sources
 
 
 def _mutations(fw: fx.GraphModule, record, analysis: ForwardAnalysis | None,

@@ -92,7 +92,7 @@ def kind_name(kind) -> str:
     return kind if isinstance(kind, str) else stable_repr(kind)
 
 
-def tensor_bytes(t: torch.Tensor) -> bytes:
+def tensor_data(t: torch.Tensor) -> bytes:
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
@@ -169,7 +169,7 @@ class _Pickler(pickle.Pickler):
                                       t.requires_grad, self.storages.setdefault(storage, len(self.storages)), nbytes)
         if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided or t.is_quantized:
             raise NotStorable(f"a constant {type(t).__name__} ({t.layout})")
-        return _real, (tensor_bytes(t), tuple(t.shape), t.dtype, str(t.device), t.requires_grad,
+        return _real, (tensor_data(t), tuple(t.shape), t.dtype, str(t.device), t.requires_grad,
                        isinstance(t, torch.nn.Parameter))
 
 

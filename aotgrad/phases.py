@@ -170,10 +170,6 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-def watching() -> bool:
-    return bool(_watchers)
-
-
 @contextlib.contextmanager
 def watch(callback: Callable[[CompileRecord], None] | None = None) -> Iterator[list[CompileRecord]]:
     """Collect the record of every compile that finishes inside the block; `callback(record)`

@@ -19,7 +19,6 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad import disk_cache
 from aotgrad.api import AotFunction, Options, size_carrier
-from aotgrad.runtime.wrapper import MISS
 from aotgrad.trace import GraphRecorder, UserGraphRunner
 
 def _is_symbolic(value: Any) -> bool:
@@ -142,14 +141,6 @@ def _runner(compiled: AotFunction, params: list, skip: set[int] = frozenset(), c
     elif skip:
         def run(*args):
             return compiled(*params, *[a for i, a in enumerate(args) if i not in skip])
-    elif not params:  # (dynamo lifts parameters as inputs): straight to the generated call
-        def run(*args):
-            fast = compiled._fast
-            if fast is not None:
-                outs = fast(args)
-                if outs is not MISS:
-                    return outs
-            return compiled(*args)
     else:
         def run(*args):
             return compiled(*params, *args)

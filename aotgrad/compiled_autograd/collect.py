@@ -39,7 +39,7 @@ def kind_of(node) -> str:
     if kind is None:
         name = node.name()
         if hasattr(node, "_forward_cls"):  # (not in the table: classes made on the fly would fill it)
-            return AOTGRAD if node._forward_cls is CompiledFunction and _inlinable(node.plan) else CUSTOM
+            return AOTGRAD if node._forward_cls is CompiledFunction and node.plan.backward_inlinable else CUSTOM
         elif name == "torch::autograd::AccumulateGrad":
             kind = ACCUMULATE
         elif "::" in name or name in RUN_AS_IS:
@@ -48,20 +48,6 @@ def kind_of(node) -> str:
             kind = TRACED
         _kinds[node_type] = kind
     return kind
-
-
-_inlinable_plans: dict = {}
-
-
-def _inlinable(plan) -> bool:
-    """Can aotgrad's own backward graph go into the captured graph? Not if it calls out
-    (a `trace_wrapped` hook: its function must run on every backward)."""
-    known = _inlinable_plans.get(id(plan))
-    if known is None or known[0] is not plan:
-        graph = plan.backward_graph
-        ok = graph is not None and not any(type(n.target).__name__ == "TraceWrapped" for n in graph.graph.nodes)
-        known = _inlinable_plans[id(plan)] = (plan, ok)
-    return known[1]
 
 
 class StepPlan:

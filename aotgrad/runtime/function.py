@@ -65,6 +65,11 @@ class RuntimePlan:
         self.tangent_strides = [_layout(stride) for stride in self.tangent_strides]
         self.forward = as_boxed(self.forward)
         self.backward = as_boxed(self.backward) if self.backward is not None else None
+        # the backward graph's aten ops can go into a compiled-autograd graph: not if it calls out
+        # (a `trace_wrapped` hook, whose function must run on every backward)
+        graph = self.backward_graph
+        self.backward_inlinable = graph is not None and not any(
+            type(n.target).__name__ == "TraceWrapped" for n in graph.graph.nodes)
         self.run_forward = forward_code(self)    # CompiledFunction.forward's body, for this plan
         self.run_backward = backward_code(self)  # and its backward's
 

@@ -154,8 +154,8 @@ def backward_code(plan) -> Callable:
         code("    return general_backward(ctx, grads)")
         return code.build()
     tangents = [f"t{k}" for k in range(len(sources))]
-    present = " or ".join(f"grads[{j}] is None" for j in sources)
-    code(f"    if grad_enabled(){' or ' + present if present else ''}:")
+    missing = " or ".join(f"grads[{j}] is None" for j in sources)
+    code(f"    if grad_enabled(){' or ' + missing if missing else ''}:")
     code("        return general_backward(ctx, grads)")
     for k, (j, stride) in enumerate(zip(sources, plan.tangent_strides)):
         code(f"    t{k} = grads[{j}]")
@@ -181,16 +181,17 @@ def _tensor_checks(code: Code, name: str, key: tuple, dynamic: bool, kind: type,
     """Conditions that input `name` is a `kind` (torch.Tensor, nn.Parameter) with the metadata
     in its cache-key part `key`. `guarded`: dynamo's guards have checked its type, dtype,
     device, requires_grad, sizes and strides already (the leafness and offset remain)."""
+    checks = []
     if dynamic:  # (dim, dtype, device, requires_grad, leaf requiring grad): sizes are dynamo's to guard
         dim, dtype, device, requires_grad, leaf = key
-        checks = [f"{name}.dim() == {dim}"]
+        if not guarded:
+            checks.append(f"{name}.dim() == {dim}")
     else:
         shape, stride, offset, dtype, device, requires_grad, leaf = key
-        checks = [f"{name}.shape == {code.const(shape)}", f"{name}.stride() == {code.const(tuple(stride))}",
-                  f"{name}.storage_offset() == {offset}"]
-    if guarded:
-        checks = [c for c in checks if "storage_offset" in c]
-    else:
+        if not guarded:
+            checks += [f"{name}.shape == {code.const(shape)}", f"{name}.stride() == {code.const(tuple(stride))}"]
+        checks.append(f"{name}.storage_offset() == {offset}")
+    if not guarded:
         checks = [f"type({name}) is {code.const(kind)}", *checks, f"{name}.dtype is {code.const(dtype)}",
                   f"{name}.device == {code.const(device)}", f"{name}.requires_grad is {requires_grad}"]
     if requires_grad:
@@ -245,7 +246,6 @@ def call_code(fn_name: str, key: tuple, types: Sequence[type], dynamic: bool, ru
 
 
 def _training_call(code: Code, runtime, args: list[str], function) -> None:
-    from aotgrad.compiled_autograd.collect import _inlinable
     from aotgrad.runtime.function import fast_apply
 
     plan = runtime.plan
@@ -255,7 +255,7 @@ def _training_call(code: Code, runtime, args: list[str], function) -> None:
         code(f"    d{i} = {args[i]}.detach()  # requires grad, gets none: no edge to it")
     arguments = f"({code.const(plan, 'plan')}{''.join(', ' + a for a in applied)})"
     code.const(function.apply, "apply")
-    if _inlinable(plan):  # (else compiled autograd calls its backward as a custom Function's)
+    if plan.backward_inlinable:  # (else compiled autograd calls its backward as a custom Function's)
         code.const(fast_apply, "fast_apply")
         code.const(torch._C._are_functorch_transforms_active, "functorch_active")
         call = f"(apply if functorch_active() else fast_apply){arguments}"
