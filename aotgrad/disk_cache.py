@@ -74,16 +74,17 @@ def cache_root() -> Path | None:
 
 
 def clear() -> int:
-    """Delete every entry under `config.cache_dir`; returns how many."""
+    """Delete every entry under `config.cache_dir`, and generated.py's code; returns how many entries."""
     root = cache_root()
     removed = 0
     if root is None or not root.is_dir():
         return 0
-    for folder in root.iterdir():
+    code = root / "code"  # generated.py's code objects, not counted
+    for folder in [*root.iterdir(), *(code.iterdir() if code.is_dir() else ())]:
         if folder.is_dir() and len(folder.name) == 2:
             for path in folder.iterdir():
                 _remove(path)
-                removed += 1
+                removed += folder.parent == root
     return removed
 
 

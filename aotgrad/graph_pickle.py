@@ -31,6 +31,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.experimental import _config as fx_experimental_config
 from torch.utils._mode_utils import no_dispatch
 
@@ -319,8 +320,8 @@ def _real(data: bytes, shape, dtype, device, requires_grad, is_parameter) -> tor
 
 
 def _graph_module(class_name: str, nodes: list, attributes: dict, meta: dict, code: tuple | None) -> fx.GraphModule:
-    """A GraphModule from its table: the graph built node by node (no tracing), given the code
-    FX generated for it when it was stored (FX makes the same code from the same graph)."""
+    """A GraphModule from its table: the graph built node by node (no tracing), with the code
+    FX generated for it when it was stored."""
     graph = fx.Graph()
     made: list[fx.Node] = []
 
@@ -343,12 +344,36 @@ def _graph_module(class_name: str, nodes: list, attributes: dict, meta: dict, co
             node_meta["nn_module_stack"] = stacks[id(stack)][1]
         node.meta = node_meta
         made.append(node)
+    gm = LoadedGraphModule(attributes, graph, class_name)
     if code is not None and not fx_experimental_config.enrich_profiler_metadata:
         src, names, lineno_map, prologue_start = code
-        graph.python_code = lambda *args, **kwargs: fx.graph.PythonCode(src, names, lineno_map, prologue_start)
-    try:
-        gm = fx.GraphModule(attributes, graph, class_name)
-    finally:
-        graph.__dict__.pop("python_code", None)  # a later recompile generates the code as usual
+        gm.stored_code = fx.graph.PythonCode(src, names, lineno_map, prologue_start)
     gm.meta.update(meta)
     return gm
+
+
+class LoadedGraphModule(_LazyGraphModule):
+    """A graph from the disk cache. FX's code for it came with it (FX makes the same code from
+    the same graph): `stored_code` until the first call or read of `.code` compiles it, so
+    runtime/boxed.py reads the text without compiling FX's forward. A `recompile()` (the graph
+    changed) drops it."""
+
+    stored_code: fx.graph.PythonCode | None = None
+
+    def recompile(self) -> None:
+        self.__dict__.pop("stored_code", None)
+        super().recompile()
+
+    def __deepcopy__(self, memo):
+        self.real_recompile()  # the stored code's globals hold modules, which do not copy
+        return super().__deepcopy__(memo)
+
+    def _real_recompile(self) -> fx.graph.PythonCode:
+        stored = self.__dict__.pop("stored_code", None)
+        if stored is None:
+            return super()._real_recompile()
+        self.graph.python_code = lambda *args, **kwargs: stored
+        try:
+            return super()._real_recompile()
+        finally:
+            self.graph.__dict__.pop("python_code", None)  # later recompiles generate the code as usual

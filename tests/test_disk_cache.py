@@ -346,6 +346,47 @@ def test_clear_deletes_every_entry(cache):
     assert disk_cache.clear() == 2 and entries(cache) == []
 
 
+
+def _loaded_forward(cache) -> fx.GraphModule:
+    compile_graph(traced_net(), torch.randn(8, 6))
+    partitioned, _ = load_entry(entries(cache)[0])
+    return partitioned.forward
+
+
+def _fx_compiled(gm: fx.GraphModule) -> bool:
+    return type(gm).forward is not type(gm)._lazy_forward
+
+
+def test_a_loaded_graph_compiles_fx_code_only_when_called_or_read(cache):
+    from aotgrad.runtime.boxed import boxed_graph
+
+    gm = _loaded_forward(cache)
+    assert isinstance(gm, graph_pickle.LoadedGraphModule) and gm.stored_code is not None
+    boxed = boxed_graph(gm)  # reads the stored text
+    assert not _fx_compiled(gm)
+    args = [torch.randn(node.meta["val"].shape) for node in gm.graph.find_nodes(op="placeholder")]
+    expected = gm(*args)  # compiles FX's forward from the stored code
+    assert _fx_compiled(gm) and gm.stored_code is None
+    assert gm.code == gm.graph.python_code(root_module="self").src  # the code FX makes for the graph
+    actual = boxed(list(args))
+    assert all(torch.equal(a, e) for a, e in zip(actual, expected))
+
+
+def test_a_loaded_graph_changed_and_recompiled_runs_its_new_code(cache):
+    gm = _loaded_forward(cache)
+    relu = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.relu.default)[0]
+    relu.target = torch.ops.aten.sigmoid.default
+    gm.recompile()
+    assert gm.stored_code is None
+    assert "sigmoid" in gm.code and "relu.default" not in gm.code
+
+
+def test_a_loaded_graph_deep_copies(cache):
+    gm = _loaded_forward(cache)
+    twin = copy.deepcopy(gm)
+    assert twin.code == gm.code and format_graph(twin) == format_graph(gm)
+
+
 # -- corruption -----------------------------------------------------------------
 
 def _flip_payload_byte(data: bytes) -> bytes:

@@ -21,9 +21,9 @@ reads like this:
 """
 from __future__ import annotations
 
-import linecache
 from typing import Callable
 
+from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.collect import (
     ACCUMULATE, AOTGRAD, CUSTOM, TRACED, custom_arguments_known, kind_of, node_class, step_hooks, traced_values)
@@ -233,13 +233,11 @@ def _compile(w: _Writer) -> Callable:
 
     source = "def matcher(root_edges, input_edges, root_grads, accumulate_grad):\n" + "\n".join(w.lines) + "\n"
     filename = f"<aotgrad replay matcher {hash(source) & 0xFFFFFFFFFFFF:x}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     namespace = dict(w.constants, layout=layout, kind_of=kind_of, node_class=node_class, step_hooks=step_hooks,
                      traced_values=traced_values, custom_arguments_known=custom_arguments_known,
                      NO_HOOKS=hook_lookup.NO_HOOKS, node_hooks_may_exist=hook_lookup.node_hooks_may_exist,
                      retaining_by_node=hook_lookup.retaining_by_node, EagerFallback=EagerFallback,
                      _ListSizes=_ListSizes, same_seq_pattern=replay._same_seq_pattern, Hit=replay.Hit)
-    exec(compile(source, filename, "exec", dont_inherit=True), namespace)
-    matcher = namespace["matcher"]
+    matcher = generated.define(source, filename, namespace, "matcher")
     matcher.source = source
     return matcher

@@ -21,13 +21,13 @@ runtime calls every compiled graph boxed; `as_boxed` adapts the others.
 """
 from __future__ import annotations
 
-import inspect
-import linecache
 import re
 from typing import Callable
 
 import torch
 import torch.fx as fx
+
+from aotgrad import generated
 
 
 def is_boxed(fn: Callable) -> bool:
@@ -51,21 +51,31 @@ def boxed_graph(gm: fx.GraphModule) -> Callable:
     Built from the code FX already generated (one `exec`; regenerating it from the
     graph costs ~30 ms on a GPT backward). Falls back to `as_boxed(gm)` if the code
     does not start the way FX writes it."""
-    forward = type(gm).forward
-    code = forward.__code__
-    names = code.co_varnames[1:code.co_argcount]
-    head = f"def forward(self, {', '.join(names)}):" if names else "def forward(self):"
-    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or gm.code.count(head) != 1:
+    src, namespace = _fx_code(gm)
+    heads = _HEAD.findall(src)
+    if len(heads) != 1 or src.count("def forward(") != 1:
         return as_boxed(gm)
-    unpack = f"\n    {', '.join(names)}, = args\n    args.clear()" if names else ""
-    namespace = dict(forward.__globals__)
-    src = _direct_op_calls(gm.code.replace(head, "def forward(self, args):" + unpack), namespace)
+    names = heads[0][2:]
+    head = f"def forward(self{heads[0]}):"
+    unpack = f"\n    {names}, = args\n    args.clear()" if names else ""
+    src = _direct_op_calls(src.replace(head, "def forward(self, args):" + unpack), namespace)
     filename = f"<aotgrad boxed graph {hash(src) & 0xFFFFFFFFFFFF:x}>"  # one entry per distinct code
-    linecache.cache[filename] = (len(src), None, src.splitlines(keepends=True), filename)
-    exec(compile(src, filename, "exec", dont_inherit=True), namespace)
-    function = namespace["forward"]
+    function = generated.define(src, filename, namespace, "forward")
     function._boxed_call = True
     return function.__get__(gm)  # a bound method; `_boxed_call` reads through to the function
+
+
+_HEAD = re.compile(r"^def forward\(self((?:, \w+)*)\):$", re.MULTILINE)  # FX's, without defaults or annotations
+
+
+def _fx_code(gm: fx.GraphModule) -> tuple[str, dict]:
+    """FX's code for `gm` and a copy of the globals it runs with. A graph loaded from the disk
+    cache carries the code it was stored with (graph_pickle.LoadedGraphModule): read, not compiled."""
+    stored = getattr(gm, "stored_code", None)
+    if stored is not None:
+        return stored.src, dict(stored.globals)
+    src = gm.code  # first: a lazy GraphModule compiles its forward here
+    return src, dict(type(gm).forward.__globals__)
 
 
 _OP_CALL = re.compile(r"torch\.ops\.(\w+)\.(\w+)\.(\w+)\(")

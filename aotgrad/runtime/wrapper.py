@@ -45,12 +45,12 @@ Each generated function keeps its source (`.source`); the compile's record
 from __future__ import annotations
 
 import itertools
-import linecache
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._pytree as pytree
 
+from aotgrad import generated
 from aotgrad.analysis import OutputKind
 
 MISS = object()  # call_code's answer when a call's inputs are not the entry's
@@ -85,11 +85,7 @@ class Code:
 
     def build(self) -> Callable:
         source = self.source
-        filename = f"<aotgrad {self.name} {next(_counter)}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-        namespace = dict(self.namespace)
-        exec(compile(source, filename, "exec", dont_inherit=True), namespace)
-        function = namespace[self.name]
+        function = generated.define(source, f"<aotgrad {self.name} {next(_counter)}>", dict(self.namespace), self.name)
         function.source = source
         return function
 
