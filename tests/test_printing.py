@@ -25,9 +25,8 @@ def backward(self, primals_1: "f32[4, 3]", mul: "f32[4, 3]", tangents_1: "f32[4,
     cos: "f32[4, 3]" = aten.cos.default(mul)  # <- aten.sin.default
     mul_1: "f32[4, 3]" = aten.mul.Tensor(tangents_1, cos)  # <- aten.sin.default
     mul_2: "f32[4, 3]" = aten.mul.Tensor(mul_1, primals_1)  # <- aten.mul.Tensor
-    sum_1: "f32[1, 3]" = aten.sum.dim_IntList(mul_2, [0], True)  # <- aten.mul.Tensor
-    view: "f32[3]" = aten.view.default(sum_1, [3])  # <- aten.mul.Tensor
-    return (view,)""")
+    sum_1: "f32[3]" = aten.sum.dim_IntList(mul_2, [0], False)  # <- aten.mul.Tensor
+    return (sum_1,)""")
 
     def test_backward_nodes_share_seq_nr_with_the_forward_op_they_differentiate(self):
         g = aotgrad.aot_function(scaled_sine, aotgrad.nop)

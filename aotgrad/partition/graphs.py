@@ -162,6 +162,8 @@ def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
     _copy_nodes(graph, [n for n in parts.backward_nodes if n not in saved_set], env)
     graph.output(tuple(env[g] if isinstance(g, fx.Node) else g for g in parts.grad_outputs))
     _drop_detaches(graph)
+    _fold_double_transposes(graph)
+    _fold_keepdim_sums(graph)
     gm = fx.GraphModule(parts.joint, graph)
     gm.meta["num_saved"] = len(saved)
     return gm
@@ -175,6 +177,52 @@ def _drop_detaches(graph: fx.Graph) -> None:
         if all(user.op != "output" for user in node.users):
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
+
+
+def _fold_double_transposes(graph: fx.Graph) -> None:
+    """`t(t(x))` reads as `x`: the same values, sizes and strides in the same memory, one op
+    per `t` fewer (eager's linear backward makes these chains: the gradient of `t(weight)` is
+    made in its transposed layout, `t(mm(...))`, and `t`'s backward turns it back). A chain the graph returns
+    keeps returning a view unless `x` is made in the graph: a gradient is never the saved
+    tensor itself."""
+    transpose = torch.ops.aten.t.default
+    for node in list(graph.find_nodes(op="call_function", target=transpose)):
+        inner = node.args[0]
+        if not (isinstance(inner, fx.Node) and inner.op == "call_function" and inner.target is transpose):
+            continue
+        x = inner.args[0]
+        returned = any(user.op == "output" for user in node.users)
+        if returned and (not isinstance(x, fx.Node) or x.op == "placeholder" or _may_alias_input(x)):
+            continue
+        node.replace_all_uses_with(x)
+        graph.erase_node(node)
+        if not inner.users:
+            graph.erase_node(inner)
+
+
+def _fold_keepdim_sums(graph: fx.Graph) -> None:
+    """`view(sum(x, dims, keepdim=True), shape)`, where `shape` is the sum's shape without the
+    summed dims and one-dimensional, reads as `sum(x, dims, keepdim=False)`: the same kernel,
+    values and layout, one op fewer (eager's bias gradient, `sum_to_size`)."""
+    summing = torch.ops.aten.sum.dim_IntList
+    for node in list(graph.find_nodes(op="call_function", target=summing)):
+        if len(node.args) < 3 or node.args[2] is not True or len(node.users) != 1 or not node.args[1]:
+            continue
+        [view] = node.users
+        kept = node.meta.get("val")
+        if view.target is not torch.ops.aten.view.default or not isinstance(kept, torch.Tensor):
+            continue
+        result = view.meta.get("val")
+        dims = {d % kept.dim() for d in node.args[1]} if kept.dim() else None
+        if dims is None or not isinstance(result, torch.Tensor) or result.dim() != 1 \
+                or not all(type(s) is int for s in (*kept.shape, *view.args[1])):
+            continue
+        if list(view.args[1]) != [s for i, s in enumerate(kept.shape) if i not in dims]:
+            continue
+        node.args = (node.args[0], node.args[1], False, *node.args[3:])
+        node.meta["val"] = result
+        view.replace_all_uses_with(node)
+        graph.erase_node(view)
 
 
 def _may_alias_input(node: fx.Node) -> bool:
