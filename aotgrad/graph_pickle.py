@@ -342,7 +342,7 @@ def _graph_module(class_name: str, nodes: list, attributes: dict, meta: dict, co
                 stacks[id(stack)] = (stack, {module_keys.get((path, kind_name(kind)), key): (path, kind)
                                              for key, (path, kind) in stack.items()})
             node_meta["nn_module_stack"] = stacks[id(stack)][1]
-        node.meta = node_meta
+        node.meta.update(node_meta)  # (not `node.meta =`: a Node's setattr re-files it in the graph's lookup table)
         made.append(node)
     gm = LoadedGraphModule(attributes, graph, class_name)
     if code is not None and not fx_experimental_config.enrich_profiler_metadata:

@@ -219,24 +219,22 @@ def _rotated(items: list, r: int) -> list:
 @dataclass
 class Capture:
     """What torch.compile hands a backend: the graph and its example inputs (real tensors; SymInts
-    where sizes are symbolic) and, for a dynamic graph, dynamo's fake mode and the symbolic context
-    dynamo traced each example tensor with (TracingContext.tensor_to_context)."""
+    where sizes are symbolic), dynamo's fake mode (in the TracingContext it calls the backend
+    in) and, for a dynamic graph, the symbolic context dynamo traced each example tensor with
+    (TracingContext.tensor_to_context)."""
     gm: torch.fx.GraphModule
     example_inputs: list
-    fake_mode: object = None  # dynamo's FakeTensorMode, for a dynamic graph
+    fake_mode: object = None  # dynamo's FakeTensorMode
     symbolic_contexts: dict | None = None  # example tensor -> its symbolic context, for a dynamic graph
 
     def tracing_context(self):
-        """A fresh TracingContext for one compile, as dynamo opens one per graph. A static graph's
-        example inputs are real, so AOTAutograd makes its own fake mode. A dynamic graph needs
-        dynamo's (its ShapeEnv holds the symbols) and the symbolic contexts, which both
-        aot_module_simplifieds look up to fake each example tensor with symbolic sizes."""
-        from torch._guards import TracingContext, detect_fake_mode
+        """A fresh TracingContext for one compile, as dynamo opens one per graph, with dynamo's fake
+        mode: both aot_module_simplifieds fake the real example inputs in it (as under torch.compile;
+        a dynamic graph's ShapeEnv holds its symbols) and look up the symbolic contexts."""
+        from torch._guards import TracingContext
 
-        if self.symbolic_contexts is None:
-            return TracingContext(detect_fake_mode(self.example_inputs))
         context = TracingContext(self.fake_mode)
-        context.tensor_to_context.update(self.symbolic_contexts)
+        context.tensor_to_context.update(self.symbolic_contexts or {})
         return context
 
     def symbolic_inputs(self) -> list[str]:
@@ -266,10 +264,10 @@ def capture_graph(model: nn.Module, inputs, dynamic: bool | None = None) -> Capt
 
     def keep(gm, example_inputs):
         compiled_fn = aot_eager(gm, example_inputs) if dynamic else gm.forward
-        capture = Capture(gm, list(example_inputs))
+        context = TracingContext.get()
+        capture = Capture(gm, list(example_inputs), context.fake_mode)
         if dynamic:
-            context = TracingContext.get()
-            capture.fake_mode, capture.symbolic_contexts = context.fake_mode, WeakTensorKeyDictionary()
+            capture.symbolic_contexts = WeakTensorKeyDictionary()
             capture.symbolic_contexts.update(context.tensor_to_context)
         captured.append(capture)
         return compiled_fn
