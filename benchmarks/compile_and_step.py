@@ -7,7 +7,9 @@ batch 8) with 2 blocks ("gpt"), 6 ("gpt6") or 12 ("gpt12"), and a 3-block conv-b
 
 Three measurements per model:
   aot compile  the ahead-of-time step alone, on the graph torch.compile captured (its
-               fake example inputs, inside its fake mode's tracing context):
+               example inputs, inside a tracing context with dynamo's fake mode, as
+               torch.compile calls a backend; --fresh-fake-mode: without it, so each
+               compiler makes a fake mode of its own, without a ShapeEnv):
                aotgrad.aot_module_simplified(gm, example_inputs, nop, nop) against
                torch._functorch.aot_autograd.aot_module_simplified(..., nop, nop);
                median of --compile-repeats after one untimed call each, the two taking
@@ -227,13 +229,16 @@ class Capture:
     fake_mode: object = None  # dynamo's FakeTensorMode
     symbolic_contexts: dict | None = None  # example tensor -> its symbolic context, for a dynamic graph
 
-    def tracing_context(self):
+    def tracing_context(self, fresh_fake_mode: bool = False):
         """A fresh TracingContext for one compile, as dynamo opens one per graph, with dynamo's fake
         mode: both aot_module_simplifieds fake the real example inputs in it (as under torch.compile;
-        a dynamic graph's ShapeEnv holds its symbols) and look up the symbolic contexts."""
+        a dynamic graph's ShapeEnv holds its symbols) and look up the symbolic contexts. With
+        `fresh_fake_mode` (static graphs), no fake mode: each makes its own, without a ShapeEnv
+        (how sessions 1-8 measured; PyTorch's AOTAutograd is 2-4x faster so)."""
         from torch._guards import TracingContext
 
-        context = TracingContext(self.fake_mode)
+        fresh = fresh_fake_mode and self.symbolic_contexts is None
+        context = TracingContext(None if fresh else self.fake_mode)
         context.tensor_to_context.update(self.symbolic_contexts or {})
         return context
 
@@ -279,7 +284,7 @@ def capture_graph(model: nn.Module, inputs, dynamic: bool | None = None) -> Capt
     return captured[0]
 
 
-def time_aot_compile(capture: Capture, repeats: int) -> dict[str, float]:
+def time_aot_compile(capture: Capture, repeats: int, fresh_fake_mode: bool = False) -> dict[str, float]:
     """Median seconds of aot_module_simplified with nop compilers, ours and PyTorch's, taking turns.
 
     A dynamic graph's compiles all share dynamo's ShapeEnv, whose guards accumulate; the
@@ -305,7 +310,7 @@ def time_aot_compile(capture: Capture, repeats: int) -> dict[str, float]:
         for repeat in range(repeats + 1):  # repeat 0 is the untimed warmup
             for name in _rotated(list(compilers), repeat):
                 gc.collect()
-                with tracing(capture.tracing_context()):
+                with tracing(capture.tracing_context(fresh_fake_mode)):
                     start = time.perf_counter()
                     compilers[name]()
                     elapsed = time.perf_counter() - start
@@ -462,7 +467,7 @@ def benchmark_model(name: str, configs: list[str], args, only_compile: bool = Fa
     if any(c in AOT_CONFIGS for c in configs):
         capture = capture_graph(copy.deepcopy(model), inputs_by_size[0], dynamic)
         benchmark.symbolic_inputs = capture.symbolic_inputs()
-        for config, seconds in time_aot_compile(capture, args.compile_repeats).items():
+        for config, seconds in time_aot_compile(capture, args.compile_repeats, args.fresh_fake_mode).items():
             if config in results:
                 results[config].aot_compile_s = seconds
     if only_compile:
@@ -617,6 +622,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
     parser.add_argument("--dynamic", action="store_true",
                         help="torch.compile(dynamic=True): one graph for 5 sizes per model, timed at each")
+    parser.add_argument("--fresh-fake-mode", action="store_true",
+                        help="aot compile of static graphs without dynamo's fake mode (each compiler makes its own)")
     parser.add_argument("--only-compile", action="store_true",
                         help="time the aot compile alone (aot_eager and aotgrad; no first call, no steps)")
     args = parser.parse_args()
