@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.collect import (
@@ -53,9 +55,22 @@ class _ListSizes(SizeValues):
 
 
 def _saved_check(w: _Writer, name: str, meta, indent: int = 2) -> None:
+    """`name` has the template's dtype, rank, device and layout (dynamic.layout; a 0-dim tensor
+    has one layout, and a contiguous one is told without calling `layout`)."""
     dtype, device, dim, memory = meta
-    w(f"if {name} is None or {name}.dtype is not {w.const(dtype)} or {name}.dim() != {dim} or "
-      f"{name}.device != {w.const(device)} or layout({name}) != {w.const(memory)}: return None", indent)
+    check = f"{name} is None or {name}.dtype is not {w.const(dtype)} or {name}.dim() != {dim} or " \
+            f"{name}.device != {w.const(device)}"
+    if dim and memory == _contiguous(dim):
+        check += f" or (not ({name}.is_contiguous() and {name}.storage_offset() == 0 and 1 not in {name}.shape) " \
+                 f"and layout({name}) != {w.const(memory)})"
+    elif dim:
+        check += f" or layout({name}) != {w.const(memory)}"
+    w(f"if {check}: return None", indent)
+
+
+def _contiguous(dim: int) -> tuple:
+    """dynamic.layout of a contiguous tensor of this rank without size-1 dims."""
+    return layout(torch.empty((2,) * dim, device="meta"))
 
 
 def _traced_step(w: _Writer, record, index: int) -> list[str] | None:
@@ -177,9 +192,10 @@ def generate(template) -> Callable | None:
         if record.forward_cls:
             w(f"if kind_of(n) is not {w.const(kind)} or node_class({w.const(kind)}, n) != "
               f"{w.const(record.node_class)}: return None")
-        if kind is ACCUMULATE:
+        if kind is ACCUMULATE:  # (a leaf's hooks: the two step_hooks reads when nothing else is looked for)
             w("leaf = n.variable")
-            w("h = step_hooks(n, leaf, probe, retaining)")
+            w("h = step_hooks(n, leaf, probe, retaining) if look or leaf._backward_hooks "
+              "or leaf._post_accumulate_grad_hooks is not None else NO_HOOKS")
         else:
             w("h = step_hooks(n, None, probe, retaining) if look else NO_HOOKS")
         saved: list[str] = []
@@ -202,8 +218,13 @@ def generate(template) -> Callable | None:
                 w("objects.append(n); keeps.append(n)")
         elif record.saved:
             return None
-        w(f"if h.shape() != {w.const(record.hooks)}: return None")
-        w("if h is not NO_HOOKS: objects.extend(h.callables())")
+        if record.hooks == hook_lookup.NO_HOOKS.shape():  # (NO_HOOKS has it: asked only of other hooks)
+            w("if h is not NO_HOOKS:")
+            w(f"    if h.shape() != {w.const(record.hooks)}: return None")
+            w("    objects.extend(h.callables())")
+        else:
+            w(f"if h.shape() != {w.const(record.hooks)}: return None")
+            w("if h is not NO_HOOKS: objects.extend(h.callables())")
         for name in saved:
             w(f"ext({name}.shape)")
         w("md = n._input_metadata")

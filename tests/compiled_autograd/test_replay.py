@@ -194,6 +194,45 @@ def test_hooks_saved_values_dtypes_and_layouts_are_part_of_the_match():
     _no_match(lambda: (X.t().contiguous().exp() * 2).sum(), lambda: (X.t().exp() * 2).sum())
 
 
+def test_a_leaf_hook_added_or_removed_since_is_part_of_the_match():
+    handles = []
+
+    def plain():
+        return (X @ W).sum()
+
+    def tensor_hooked():
+        handles.append(W.register_hook(lambda g: g * 3))
+        return plain()
+
+    def post_hooked():
+        handles.append(W.register_post_accumulate_grad_hook(lambda p: None))
+        return plain()
+
+    def remove_hooks():
+        while handles:
+            handles.pop().remove()
+
+    try:
+        for hooked in (tensor_hooked, post_hooked):
+            for learned, other in ((plain, hooked), (hooked, plain)):
+                _learn(learned)
+                remove_hooks()  # the learned graph's hook is gone before the other graph is built
+                with compiled_autograd.enable(nop_compiler):
+                    hit, _, _ = _find(other)
+                remove_hooks()
+                assert hit is None, f"{learned.__name__} then {other.__name__}"
+    finally:
+        remove_hooks()
+        W.grad = None
+
+
+def test_a_saved_view_with_an_offset_or_other_strides_is_not_a_contiguous_match():
+    c = torch.randn(4, 4)  # the saved factor of a product with X: the same graph, only its layout differs
+    _no_match(lambda: (X * c[1:].clone()).sum(), lambda: (X * c[1:]).sum())  # offset 4, contiguous
+    _no_match(lambda: (X * c[1:, :1].clone()).sum(), lambda: (X * c[1:, :1]).sum())  # a size-1 dim
+    _no_match(lambda: (X * c[1:, :1]).sum(), lambda: (X * c[1:, :1].clone()).sum())
+
+
 def test_only_sizes_differ_a_match_with_other_sizes():
     _learn(lambda: MLP(X).sum())
     with compiled_autograd.enable(nop_compiler):
