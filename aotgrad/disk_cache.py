@@ -83,8 +83,9 @@ def clear() -> int:
     for folder in [*root.iterdir(), *(code.iterdir() if code.is_dir() else ())]:
         if folder.is_dir() and len(folder.name) == 2:
             for path in folder.iterdir():
-                _remove(path)
-                removed += folder.parent == root
+                remove_file(path)
+                if folder.parent == root:
+                    removed += 1
     return removed
 
 
@@ -281,7 +282,7 @@ def store(entry: EntryKey, partitioned, out_spec) -> str:
     header = json.dumps({"torch": torch.__version__, "aotgrad": _aotgrad_version(), "key": entry.text,
                          "sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}).encode()
     try:
-        _write_atomically(_path(entry), MAGIC + _HEADER.pack(FORMAT_VERSION, len(header)) + header + payload)
+        write_atomically(_path(entry), MAGIC + _HEADER.pack(FORMAT_VERSION, len(header)) + header + payload)
     except OSError as e:
         log.warning("aotgrad disk cache: cannot write to %s: %s", config.cache_dir, e)
         return f"not stored: {e}"
@@ -289,7 +290,7 @@ def store(entry: EntryKey, partitioned, out_spec) -> str:
     return "stored"
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader
     sees the old entry, the new one or none, never part of one, whatever other writers do."""
     path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: entries are pickles
@@ -300,7 +301,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
             f.write(data)
         os.replace(temporary, path)
     except BaseException:
-        _remove(Path(temporary))
+        remove_file(Path(temporary))
         raise
 
 
@@ -330,7 +331,7 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         counters["rejected"] += 1
         log.warning("aotgrad disk cache: rejected %s (%s: %s); it is deleted and compiled again",
                     path, type(e).__name__, e)
-        _remove(path, stat)
+        remove_file(path, stat)
         return None
     counters["hits"] += 1
     return partitioned, out_spec
@@ -369,7 +370,7 @@ def _payload(data: bytes, entry: EntryKey) -> bytes:
     return payload
 
 
-def _remove(path: Path, stat: os.stat_result | None = None) -> None:
+def remove_file(path: Path, stat: os.stat_result | None = None) -> None:
     """Delete `path`, unless (with `stat`) another writer has replaced it since it was read."""
     try:
         if stat is not None:

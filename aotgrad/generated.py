@@ -1,14 +1,10 @@
-"""Functions from generated Python source, their code objects kept on disk beside the graph cache.
+"""Functions from generated Python source, their code objects kept on disk as Python keeps .pyc files.
 
-aotgrad writes Python for each graph (runtime/boxed.py, runtime/wrapper.py, the compiled-autograd
-matchers). Python's `compile` costs ~0.3 ms per KB of source, which is most of a warm disk-cache
-compile, so the code objects are cached the way Python caches modules in .pyc files:
-
-    <config.cache_dir>/code/3f/3f9c...e1    sha256 of the marshal bytes, then the bytes
-
-keyed by the source and the Python version (marshal's format is the interpreter's own). A file
-whose digest does not match is deleted and the source compiled again. The code comes back with
-this call's file name, so tracebacks and `linecache` show the generated lines.
+Python's `compile` is most of a warm disk-cache compile (aotgrad writes code for each graph:
+runtime/boxed.py, runtime/wrapper.py, compiled autograd's matchers), so each code object is
+stored in `<config.cache_dir>/code/3f/3f9c...` (SHA-256 of the marshal bytes, then the bytes),
+keyed by the source and the interpreter (marshal's format, `-O`). A file whose digest does not
+match is deleted and compiled again; the code comes back under this call's file name.
 """
 from __future__ import annotations
 
@@ -16,6 +12,7 @@ import hashlib
 import linecache
 import logging
 import marshal
+import os
 import sys
 import types
 from pathlib import Path
@@ -25,7 +22,7 @@ from aotgrad import disk_cache
 
 log = logging.getLogger("aotgrad")
 
-_PYTHON = f"{sys.version}\n{sys.implementation.cache_tag}\n".encode()
+_PYTHON = f"{sys.version}\n{sys.implementation.cache_tag}\noptimize {sys.flags.optimize}\n".encode()
 
 
 def define(source: str, filename: str, namespace: dict, name: str) -> Callable:
@@ -48,7 +45,7 @@ def compile_source(source: str, filename: str) -> types.CodeType:
         code = compile(source, filename, "exec", dont_inherit=True)
         data = marshal.dumps(code)
         try:
-            disk_cache._write_atomically(path, hashlib.sha256(data).digest() + data)
+            disk_cache.write_atomically(path, hashlib.sha256(data).digest() + data)
         except OSError as e:
             log.debug("aotgrad code cache: cannot write %s: %s", path, e)
         return code
@@ -57,7 +54,9 @@ def compile_source(source: str, filename: str) -> types.CodeType:
 
 def _read(path: Path) -> types.CodeType | None:
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            stat = os.fstat(f.fileno())
+            data = f.read()
     except OSError:
         return None
     body = data[32:]
@@ -69,7 +68,7 @@ def _read(path: Path) -> types.CodeType | None:
             raise ValueError(f"holds a {type(code).__name__}")
     except (ValueError, EOFError, TypeError) as e:
         log.warning("aotgrad code cache: rejected %s (%s); it is deleted and compiled again", path, e)
-        disk_cache._remove(path)
+        disk_cache.remove_file(path, stat)  # (unless another process has replaced it since)
         return None
     return code
 

@@ -356,7 +356,7 @@ class LoadedGraphModule(_LazyGraphModule):
     """A graph from the disk cache. FX's code for it came with it (FX makes the same code from
     the same graph): `stored_code` until the first call or read of `.code` compiles it, so
     runtime/boxed.py reads the text without compiling FX's forward. A `recompile()` (the graph
-    changed) drops it."""
+    changed) drops it; a graph edited without one runs its old code, as any GraphModule does."""
 
     stored_code: fx.graph.PythonCode | None = None
 

@@ -234,7 +234,7 @@ class Capture:
         mode: both aot_module_simplifieds fake the real example inputs in it (as under torch.compile;
         a dynamic graph's ShapeEnv holds its symbols) and look up the symbolic contexts. With
         `fresh_fake_mode` (static graphs), no fake mode: each makes its own, without a ShapeEnv
-        (how sessions 1-8 measured; PyTorch's AOTAutograd is 2-4x faster so)."""
+        (PyTorch's AOTAutograd is 2-4x faster so; docs/benchmarks.md before session 9 measured this)."""
         from torch._guards import TracingContext
 
         fresh = fresh_fake_mode and self.symbolic_contexts is None

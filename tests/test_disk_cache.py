@@ -373,12 +373,20 @@ def test_a_loaded_graph_compiles_fx_code_only_when_called_or_read(cache):
 
 
 def test_a_loaded_graph_changed_and_recompiled_runs_its_new_code(cache):
+    from aotgrad.runtime.boxed import boxed_graph
+
     gm = _loaded_forward(cache)
+    args = [torch.randn(node.meta["val"].shape) for node in gm.graph.find_nodes(op="placeholder")]
+    before = gm(*args)
     relu = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.relu.default)[0]
     relu.target = torch.ops.aten.sigmoid.default
     gm.recompile()
     assert gm.stored_code is None
     assert "sigmoid" in gm.code and "relu.default" not in gm.code
+    expected = fx.Interpreter(gm).run(*args)  # node by node, from the edited graph
+    assert not all(torch.equal(a, b) for a, b in zip(expected, before))
+    for actual in (gm(*args), boxed_graph(gm)(list(args))):
+        assert all(torch.equal(a, e) for a, e in zip(actual, expected))
 
 
 def test_a_loaded_graph_deep_copies(cache):

@@ -3,6 +3,7 @@ process reads them instead of compiling; tracebacks name this call's file; a cor
 rejected, deleted and compiled again; with the cache off nothing is written."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import marshal
 import traceback
@@ -42,6 +43,8 @@ def test_a_second_define_reads_the_code_and_names_its_own_file(cache, monkeypatc
         second(-1)
     frame = traceback.extract_tb(error.value.__traceback__)[-1]
     assert (frame.filename, frame.lineno, frame.line) == ("<second>", 3, "raise ValueError('negative')")
+    with pytest.raises(AssertionError, match="compiled, not read"):  # another source is no hit
+        generated.define(SOURCE.replace("x * i", "x + i"), "<third>", {}, "f")
 
 
 @pytest.mark.parametrize("corruption", ["flipped byte", "truncated", "not code"])
@@ -54,7 +57,6 @@ def test_a_corrupt_code_file_is_rejected_deleted_and_compiled_again(cache, corru
     elif corruption == "truncated":
         data = data[:40]
     else:  # a whole file, checksum right, of something that is not a code object
-        import hashlib
         body = marshal.dumps(42)
         data = hashlib.sha256(body).digest() + body
     path.write_bytes(data)

@@ -14,6 +14,7 @@ import operator
 import sympy
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 
 @dataclass
@@ -182,9 +183,9 @@ def _drop_detaches(graph: fx.Graph) -> None:
 def _fold_double_transposes(graph: fx.Graph) -> None:
     """`t(t(x))` reads as `x`: the same values, sizes and strides in the same memory, one op
     per `t` fewer (eager's linear backward makes these chains: the gradient of `t(weight)` is
-    made in its transposed layout, `t(mm(...))`, and `t`'s backward turns it back). A chain the graph returns
-    keeps returning a view unless `x` is made in the graph: a gradient is never the saved
-    tensor itself."""
+    made in its transposed layout, `t(mm(...))`, and `t`'s backward turns it back). A chain
+    the graph returns keeps returning a view unless `x` is made in the graph: a gradient is
+    never a saved tensor or a constant itself."""
     transpose = torch.ops.aten.t.default
     for node in list(graph.find_nodes(op="call_function", target=transpose)):
         inner = node.args[0]
@@ -192,7 +193,7 @@ def _fold_double_transposes(graph: fx.Graph) -> None:
             continue
         x = inner.args[0]
         returned = any(user.op == "output" for user in node.users)
-        if returned and (not isinstance(x, fx.Node) or x.op == "placeholder" or _may_alias_input(x)):
+        if returned and (not isinstance(x, fx.Node) or x.op in ("placeholder", "get_attr") or _may_alias_input(x)):
             continue
         node.replace_all_uses_with(x)
         graph.erase_node(node)
@@ -220,6 +221,10 @@ def _fold_keepdim_sums(graph: fx.Graph) -> None:
         if list(view.args[1]) != [s for i, s in enumerate(kept.shape) if i not in dims]:
             continue
         node.args = (node.args[0], node.args[1], False, *node.args[3:])
+        source = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+        if isinstance(source, FakeTensor):  # the new sum's own fake (the view's has a `_base`)
+            with source.fake_mode:
+                result = summing(source, *node.args[1:], **node.kwargs)
         node.meta["val"] = result
         view.replace_all_uses_with(node)
         graph.erase_node(view)

@@ -231,6 +231,8 @@ def test_a_saved_view_with_an_offset_or_other_strides_is_not_a_contiguous_match(
     _no_match(lambda: (X * c[1:].clone()).sum(), lambda: (X * c[1:]).sum())  # offset 4, contiguous
     _no_match(lambda: (X * c[1:, :1].clone()).sum(), lambda: (X * c[1:, :1]).sum())  # a size-1 dim
     _no_match(lambda: (X * c[1:, :1]).sum(), lambda: (X * c[1:, :1].clone()).sum())
+    # learned contiguous, then contiguous with a size-1 dim (layout: "dense" with it): the generated shortcut
+    _no_match(lambda: (X * c[1:].clone()).sum(), lambda: (X * c[1:, :1].clone()).sum())
 
 
 def test_only_sizes_differ_a_match_with_other_sizes():

@@ -80,13 +80,16 @@ def test_a_returned_double_transpose_of_a_saved_value_stays_a_view():
     def build(graph):
         saved = graph.placeholder("saved")
         made = graph.call_function(aten.mul.Tensor, (saved, 2))
-        graph.output((graph.call_function(aten.t.default, (graph.call_function(aten.t.default, (saved,)),)),
-                      graph.call_function(aten.t.default, (graph.call_function(aten.t.default, (made,)),))))
+        view = graph.call_function(aten.view.default, (saved, [-1]))
+        twice = [graph.call_function(aten.t.default, (graph.call_function(aten.t.default, (x,)),))
+                 for x in (saved, made, view)]
+        graph.output(tuple(twice))
     graph = graph_of(build)
     _fold_double_transposes(graph)
     returned = graph.find_nodes(op="output")[0].args[0]
     assert returned[0].target is aten.t.default  # the saved tensor itself is never a gradient
     assert returned[1].target is aten.mul.Tensor  # a value made in the graph is returned as is
+    assert returned[2].target is aten.t.default  # nor a view of a saved tensor
 
 
 def test_keepdim_sums_fold_only_into_their_one_dimensional_view():
