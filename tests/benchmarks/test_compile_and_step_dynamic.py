@@ -19,7 +19,7 @@ def bench(monkeypatch):
 
 
 def test_dynamic_mlp_compiles_one_graph_for_five_sizes_and_matches_eager(bench, capsys):
-    args = argparse.Namespace(dynamic=True, iters=2, rounds=2, warmup=1, compile_repeats=1)
+    args = argparse.Namespace(dynamic=True, iters=2, rounds=2, warmup=1, compile_repeats=1, fresh_fake_mode=False)
     benchmark = bench.benchmark_model("mlp", ["eager", "aot_eager", "aotgrad"], args)
 
     assert len(benchmark.sizes) == 5 and min(bench.DYNAMIC_SIZES["mlp"]) > 1
