@@ -34,17 +34,21 @@ def layout(t: torch.Tensor) -> tuple:
     if t.dim() == 0:
         return ("scalar",)
     if t.is_contiguous() and t.storage_offset() == 0 and 1 not in t.shape:  # the common case, fast
-        n = t.dim()
-        known = _CONTIGUOUS.get(n)
-        if known is None:
-            known = _CONTIGUOUS[n] = ("dense", tuple(reversed(range(n))), ())  # as below, for contiguous
-        return known
+        return contiguous_layout(t.dim())
     geometry = (t.shape, t.stride(), t.storage_offset())
     known = _OTHER.get(geometry)
     if known is None:
         if len(_OTHER) > 4096:
             _OTHER.clear()
         known = _OTHER[geometry] = _layout_of(*geometry)
+    return known
+
+
+def contiguous_layout(n: int) -> tuple:
+    """The layout of a contiguous tensor of rank `n` without size-1 dims (as `_layout_of` says)."""
+    known = _CONTIGUOUS.get(n)
+    if known is None:
+        known = _CONTIGUOUS[n] = ("dense", tuple(reversed(range(n))), ())
     return known
 
 

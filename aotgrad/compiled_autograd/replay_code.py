@@ -23,13 +23,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
 from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.collect import (
     ACCUMULATE, AOTGRAD, CUSTOM, TRACED, custom_arguments_known, kind_of, node_class, step_hooks, traced_values)
-from aotgrad.compiled_autograd.dynamic import SizeValues, layout
+from aotgrad.compiled_autograd.dynamic import SizeValues, contiguous_layout, layout
 from aotgrad.compiled_autograd.saved import EagerFallback
 
 
@@ -60,17 +58,12 @@ def _saved_check(w: _Writer, name: str, meta, indent: int = 2) -> None:
     dtype, device, dim, memory = meta
     check = f"{name} is None or {name}.dtype is not {w.const(dtype)} or {name}.dim() != {dim} or " \
             f"{name}.device != {w.const(device)}"
-    if dim and memory == _contiguous(dim):
+    if dim and memory == contiguous_layout(dim):  # (layout's own fast test, written out)
         check += f" or (not ({name}.is_contiguous() and {name}.storage_offset() == 0 and 1 not in {name}.shape) " \
                  f"and layout({name}) != {w.const(memory)})"
     elif dim:
         check += f" or layout({name}) != {w.const(memory)}"
     w(f"if {check}: return None", indent)
-
-
-def _contiguous(dim: int) -> tuple:
-    """dynamic.layout of a contiguous tensor of this rank without size-1 dims."""
-    return layout(torch.empty((2,) * dim, device="meta"))
 
 
 def _traced_step(w: _Writer, record, index: int) -> list[str] | None:
