@@ -15,13 +15,20 @@ reads like this:
     n5 = c[0]
     ...
     r = n._raw_saved_mat1
-    if r is None or r.unpack_hook is not None: return None
+    if type(r) is not SavedTensor or r.unpack_hook is not None: return None
     s0 = n._saved_mat1
-    if s0 is None or s0.dtype is not C13 or ...: return None
+    if s0 is None: return None
+    s0_shape = s0.shape
+    if len(s0_shape) != 2 or s0.dtype is not C13 or not s0.is_cpu or ...: return None
+
+and the end checks that the steps are distinct nodes whose sequence numbers compare as the
+template's did (`n2._sequence_nr() < n0._sequence_nr() == ...`).
 """
 from __future__ import annotations
 
 from typing import Callable
+
+import torch
 
 from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
@@ -52,22 +59,27 @@ class _ListSizes(SizeValues):
         self.values = values
 
 
-def _saved_check(w: _Writer, name: str, meta, indent: int = 2) -> None:
+def _saved_check(w: _Writer, name: str, meta, indent: int = 2) -> str:
     """`name` has the template's dtype, rank, device and layout (dynamic.layout; a 0-dim tensor
-    has one layout, and a contiguous one is told without calling `layout`)."""
+    has one layout, and a contiguous one is told without calling `layout`). Returns the name
+    of the variable holding its shape (read once: `.shape` builds a new tuple)."""
     dtype, device, dim, memory = meta
-    check = f"{name} is None or {name}.dtype is not {w.const(dtype)} or {name}.dim() != {dim} or " \
-            f"{name}.device != {w.const(device)}"
+    shape = f"{name}_shape"
+    w(f"if {name} is None: return None", indent)
+    w(f"{shape} = {name}.shape", indent)
+    on_device = f"not {name}.is_cpu" if device.type == "cpu" else f"{name}.device != {w.const(device)}"
+    check = f"len({shape}) != {dim} or {name}.dtype is not {w.const(dtype)} or {on_device}"
     if dim and memory == contiguous_layout(dim):  # (layout's own fast test, written out)
-        check += f" or (not ({name}.is_contiguous() and {name}.storage_offset() == 0 and 1 not in {name}.shape) " \
+        check += f" or (not ({name}.is_contiguous() and {name}.storage_offset() == 0 and 1 not in {shape}) " \
                  f"and layout({name}) != {w.const(memory)})"
     elif dim:
         check += f" or layout({name}) != {w.const(memory)}"
     w(f"if {check}: return None", indent)
+    return shape
 
 
 def _traced_step(w: _Writer, record, index: int) -> list[str] | None:
-    """A built-in node's saved tensors and values; the names of its saved tensors (in order)."""
+    """A built-in node's saved tensors and values; the names of their shapes (in order)."""
     if any(record.raw_lists):
         return None  # (saved tensor lists: replay.match serves them)
     names = []
@@ -77,16 +89,15 @@ def _traced_step(w: _Writer, record, index: int) -> list[str] | None:
             return None
         meta = record.saved[position]
         w(f"r = n.{raw_attr}")
-        w("if type(r) is list or type(r) is tuple: return None")
         if meta is None:
+            w("if type(r) is list or type(r) is tuple: return None")
             w(f"if r is not None and (r.unpack_hook is not None or n.{getter} is not None): return None")
         else:
             name = f"s{position}"
-            w("if r is None or r.unpack_hook is not None: return None")
+            w("if type(r) is not SavedTensor or r.unpack_hook is not None: return None")
             w(f"{name} = n.{getter}")
-            _saved_check(w, name, meta)
+            names.append(_saved_check(w, name, meta))
             w(f"raws.append(r); values.append({name}); owners.append(n)")
-            names.append(name)
         position += 1
     if position != len(record.saved):
         return None
@@ -124,9 +135,8 @@ def _ctx_step(w: _Writer, record) -> list[str]:
             name = f"s{p}"
             w(f"{name} = st[{p}]")
             w(f"if rs[{p}] is None: return None")
-            _saved_check(w, name, meta)
+            names.append(_saved_check(w, name, meta))
             w(f"raws.append(rs[{p}]); values.append({name}); owners.append(n)")
-            names.append(name)
     return names
 
 
@@ -150,8 +160,7 @@ def generate(template) -> Callable | None:
     w("ext = sizes.extend", 1)
     for k, meta in enumerate(template.structure[3]):
         w(f"g = root_grads[{k}]", 1)
-        _saved_check(w, "g", meta, 1)
-        w("ext(g.shape)", 1)
+        w(f"ext({_saved_check(w, 'g', meta, 1)})", 1)
     w("probe = node_hooks_may_exist()", 1)
     w("retaining = retaining_by_node()", 1)
     w("look = probe or bool(retaining)", 1)
@@ -218,8 +227,8 @@ def generate(template) -> Callable | None:
         else:
             w(f"if h.shape() != {w.const(record.hooks)}: return None")
             w("if h is not NO_HOOKS: objects.extend(h.callables())")
-        for name in saved:
-            w(f"ext({name}.shape)")
+        for shape in saved:
+            w(f"ext({shape})")
         w("md = n._input_metadata")
         w(f"if len(md) != {len(record.metadata)}: return None")
         for q, (dim, dtype, device) in enumerate(record.metadata):
@@ -230,14 +239,17 @@ def generate(template) -> Callable | None:
     w("except (RuntimeError, EagerFallback):", 1)
     w("return None", 2)
     count = len(template.steps)
-    w(f"nodes = [{', '.join(f'n{i}' for i in range(count))}]", 1)
-    w("ids = {id(x) for x in nodes}", 1)
-    w(f"if len(ids) != {count}: return None", 1)
-    w("if outside and any(id(c) in ids for c in outside): return None", 1)
+    w(f"nodes = {{{', '.join(f'n{i}' for i in range(count))}}}", 1)  # (nodes hash by identity)
+    w(f"if len(nodes) != {count}: return None", 1)
+    w("if outside and any(c in nodes for c in outside): return None", 1)
     for k, (i, nr) in enumerate(template.inputs):
         w(f"e = input_edges[{k}]", 1)
         w(f"if e.node is not n{i} or e.output_nr != {nr}: return None", 1)
-    w(f"if not same_seq_pattern(nodes, {w.const(template.seq_order)}, {w.const(template.seq_ties)}): return None", 1)
+    if count > 1:  # (replay._same_seq_pattern as one chained comparison)
+        chain = f"n{template.seq_order[0]}._sequence_nr()"
+        for i, tie in zip(template.seq_order[1:], template.seq_ties):
+            chain += f" {'==' if tie else '<'} n{i}._sequence_nr()"
+        w(f"if not ({chain}): return None", 1)
     w(f"return Hit({w.const(template.entries)}, sizes, objects, keeps, root_grads, raws, values, owners)", 1)
     return _compile(w)
 
@@ -251,7 +263,7 @@ def _compile(w: _Writer) -> Callable:
                      traced_values=traced_values, custom_arguments_known=custom_arguments_known,
                      NO_HOOKS=hook_lookup.NO_HOOKS, node_hooks_may_exist=hook_lookup.node_hooks_may_exist,
                      retaining_by_node=hook_lookup.retaining_by_node, EagerFallback=EagerFallback,
-                     _ListSizes=_ListSizes, same_seq_pattern=replay._same_seq_pattern, Hit=replay.Hit)
+                     _ListSizes=_ListSizes, SavedTensor=torch._C._autograd.SavedTensor, Hit=replay.Hit)
     matcher = generated.define(source, filename, namespace, "matcher")
     matcher.source = source
     return matcher
