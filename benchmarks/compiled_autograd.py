@@ -17,6 +17,12 @@ overhead is the backward's time minus the time inside the graph (walking the aut
 collecting saved tensors and hooks, computing the key, calling), in microseconds per backward
 and per autograd node (the number of nodes the engine would run).
 
+Where an Inductor backward's time goes: for aotgrad+inductor and pytorch+inductor, the time
+inside the callable compiler_fn returned (Dynamo's frame and guards, then Inductor's graph) and
+inside Inductor's graph alone (the callable Inductor's compile_fx returned to Dynamo), medians
+per backward. When the compiled callable alone takes as long as eager's whole backward, no
+reduction of compiled autograd's own overhead can make that backward faster than eager's.
+
 Activation memory: before one backward, the storages every node saved are noted (with their
 bytes; parameters excluded) and a post-hook on every node records the bytes of those still
 alive; their mean over the backward, eager against aotgrad's compiled autograd (its graph frees
@@ -65,14 +71,26 @@ class Timed:
 class Config:
     def __init__(self, name: str):
         self.name = name
-        self.timed: list[Timed] = []
+        self.timed: list[Timed] = []         # what compiler_fn returned
+        self.inductor: list[Timed] = []      # Inductor's graphs inside them
         self.compiler = self._compiler()
 
     def _compiler(self) -> Callable | None:
         if self.name == "eager":
             return None
         if self.name.endswith("inductor"):
-            return lambda gm: torch.compile(gm, backend="inductor")
+            from torch._inductor.compile_fx import compile_fx  # what backend="inductor" calls
+
+            def inductor(gm, example_inputs):
+                timed = Timed(compile_fx(gm, example_inputs))
+                self.inductor.append(timed)
+                return timed
+
+            def compile_with_inductor(gm):
+                timed = Timed(torch.compile(gm, backend=inductor))
+                self.timed.append(timed)
+                return timed
+            return compile_with_inductor
 
         def nop(gm):
             timed = Timed(gm)
@@ -89,6 +107,9 @@ class Config:
 
     def graph_seconds(self) -> float:
         return sum(t.seconds for t in self.timed)
+
+    def inductor_seconds(self) -> float:
+        return sum(t.seconds for t in self.inductor)
 
 
 def node_count(loss: torch.Tensor) -> int:
@@ -169,6 +190,8 @@ def benchmark(name: str, iters: int, rounds: int) -> dict:
     nodes = node_count(model(*inputs))
     times: dict[str, list[float]] = {c.name: [] for c in configs}
     overhead: dict[str, list[float]] = {c.name: [] for c in configs if c.name.endswith("nop")}
+    inside: dict[str, list[float]] = {c.name: [] for c in configs if c.name.endswith("inductor")}
+    inside_inductor: dict[str, list[float]] = {c.name: [] for c in configs if c.name.endswith("inductor")}
     correct = {}
     # PyTorch's compiled autograd keeps one cache for every compiler: its two configurations
     # are timed in turn with the others in two phases, its cache reset in between
@@ -182,11 +205,14 @@ def benchmark(name: str, iters: int, rounds: int) -> dict:
         for r in range(rounds):
             for config in group[r % len(group):] + group[:r % len(group)]:
                 for _ in range(iters):
-                    inside = config.graph_seconds()
+                    graph_before, inductor_before = config.graph_seconds(), config.inductor_seconds()
                     seconds = backward_seconds(model, inputs, config)
                     times[config.name].append(seconds)
                     if config.name in overhead:
-                        overhead[config.name].append(seconds - (config.graph_seconds() - inside))
+                        overhead[config.name].append(seconds - (config.graph_seconds() - graph_before))
+                    if config.name in inside:
+                        inside[config.name].append(config.graph_seconds() - graph_before)
+                        inside_inductor[config.name].append(config.inductor_seconds() - inductor_before)
         for config in group:
             backward_seconds(model, inputs, config)
             got = grads(model)
@@ -195,6 +221,8 @@ def benchmark(name: str, iters: int, rounds: int) -> dict:
     memory = {c.name: saved_bytes_alive(model, inputs, c) for c in (configs[0], configs[2])}
     return {"model": text, "nodes": nodes, "median": {k: statistics.median(v) for k, v in times.items()},
             "overhead": {k: statistics.median(v) for k, v in overhead.items()}, "correct": correct,
+            "inside": {k: statistics.median(v) for k, v in inside.items()},
+            "inside_inductor": {k: statistics.median(v) for k, v in inside_inductor.items()},
             "aotgrad_captures": captures, "memory": memory}
 
 
@@ -216,6 +244,17 @@ def markdown(results: list[dict]) -> str:
         n = res["nodes"]
         lines.append(f"| {res['model']} | {ours:.0f} | {ours / n:.1f} | {theirs:.0f} | {theirs / n:.1f} | "
                      f"{ours / theirs:.2f} |")
+    lines += ["", "Inductor backwards: the whole backward, inside the callable compiler_fn returned (Dynamo + "
+              "Inductor's graph), inside Inductor's graph alone; medians per backward, ratios to eager's whole "
+              "backward:", "", "| model | eager | aotgrad+inductor: whole | compiled callable | Inductor's graph | "
+              "pytorch+inductor: whole | compiled callable | Inductor's graph |", "|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        eager = res["median"]["eager"]
+        cells = [f"{eager * 1e3:.3f} ms"]
+        for c in ("aotgrad+inductor", "pytorch+inductor"):
+            for value in (res["median"][c], res["inside"][c], res["inside_inductor"][c]):
+                cells.append(f"{value * 1e3:.3f} ms ({value / eager:.2f}x)")
+        lines.append(f"| {res['model']} | " + " | ".join(cells) + " |")
     lines += ["", "Saved activations during the backward (mean still alive after each node; the forward saved the "
               "total):", "", "| model | saved by the forward | alive, eager | alive, aotgrad compiled autograd |",
               "|---|---|---|---|"]
