@@ -12,6 +12,7 @@ replay_code.py  each template's check written out as straight-line Python
 capture.py  the FX graph: built-in nodes traced into aten ops, everything else called out
 cache.py    graphs by key, counters, miss reasons
 engine.py   interception of backward/grad, and the run of one call
+reducers.py DDP modules whose C++ all-reduce hooks a compiled backward would skip
 calls.py    what the graph calls at run time: hooks, accumulation, custom backwards
 """
 from __future__ import annotations
@@ -20,9 +21,10 @@ import contextlib
 import logging
 from typing import Callable
 
-from aotgrad.compiled_autograd import cache, engine, hooks, replay
+from aotgrad.compiled_autograd import cache, engine, hooks, reducers, replay
 
 hooks.install()  # tensor hooks and retain_grad on non-leaves are recorded from now on
+reducers.install()  # DDP modules, whose C++ reducer a compiled backward would bypass
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.compiled_autograd import cache as graph_cache
-from aotgrad.compiled_autograd import calls, replay
+from aotgrad.compiled_autograd import calls, reducers, replay
 from aotgrad.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
 from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
@@ -105,7 +105,7 @@ def _eager_reason(tensors, grad_tensors, create_graph, inputs) -> str | None:
             return "a root without a gradient"
         if isinstance(g, torch.Tensor) and torch._C._functorch.is_batchedtensor(g):
             return "batched gradients (is_grads_batched)"
-    return None
+    return reducers.reason()
 
 
 class CompiledAutograd:

@@ -404,6 +404,57 @@ def inductor(rank: int) -> dict:
                  wrap=in_ddp(bucket_cap_mb=1))
 
 
+def compiled_autograd_ddp(rank: int, python_reducer: bool) -> dict:
+    """DDP trained for 3 SGD steps with every backward inside aotgrad.compiled_autograd.enable,
+    against the same model trained without DDP whose gradients are averaged over the ranks by
+    hand (eager DDP's result; an eager DDP module would itself be a live C++ reducer). With
+    DDP's C++ reducer, whose hooks a compiled backward cannot run, the backwards run on
+    PyTorch's engine; built with optimize_ddp = "python_reducer" they are captured."""
+    import gc
+
+    import aotgrad
+    from aotgrad import compiled_autograd
+
+    fresh_start()
+    gc.collect()  # (the DDP modules of earlier scenarios)
+    compiled_autograd.reset()
+    torch.manual_seed(0)
+    model = Layers(2, width=64)
+    reference = copy.deepcopy(model)
+    torch._dynamo.config.optimize_ddp = "python_reducer" if python_reducer else False
+    try:
+        ddp = DDP(model, bucket_cap_mb=1)
+    finally:
+        torch._dynamo.config.optimize_ddp = False
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
+    mismatches, output_sums = [], []
+
+    def compiler(gm):  # (one compiler for every step: the cache is per compiler)
+        return gm
+
+    for step in range(3):
+        x = batch(rank, step, (8, 64))
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        out = ddp(x)
+        with compiled_autograd.enable(compiler):
+            out.pow(2).mean().backward()
+        reference(x).pow(2).mean().backward()
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            averaged = q.grad.clone()
+            dist.all_reduce(averaged)
+            averaged /= WORLD_SIZE
+            mismatches.append(_difference(f"step {step}: gradient of {name}", averaged, p.grad, 1e-5))
+        opt.step()
+        ref_opt.step()
+        output_sums.append(float(out.detach().sum()))
+    return {"mismatches": [m for m in mismatches if m is not None], "output_sums": output_sums,
+            "grad_sums": {name: float(p.grad.sum()) for name, p in model.named_parameters()},
+            "uses_python_reducer": ddp._use_python_reducer,
+            "counters": dict(aotgrad.counters["compiled_autograd"])}
+
+
 SCENARIOS: dict[str, Callable[[int], dict]] = {
     **{f"pieces_{n}": functools.partial(pieces, n=n) for n in (1, 2, 3, 4)},
     "one_bucket": one_bucket,
@@ -418,4 +469,6 @@ SCENARIOS: dict[str, Callable[[int], dict]] = {
     "explain": explain_real_ddp,
     "fsdp": fsdp,
     "inductor": inductor,
+    "compiled_autograd_cpp_reducer": functools.partial(compiled_autograd_ddp, python_reducer=False),
+    "compiled_autograd_python_reducer": functools.partial(compiled_autograd_ddp, python_reducer=True),
 }

@@ -205,3 +205,22 @@ def test_aotgrad_inductor_splits_under_ddp(ranks):
     assert_trained_like_eager_ddp(reports)  # (compared at 1e-4)
     for report in reports:
         assert splits(report) == [[[f"layers.{i}.weight", f"layers.{i}.bias"] for i in range(2)]]
+
+
+def test_compiled_autograd_runs_ddp_cpp_reducer_backwards_on_pytorch_engine(ranks):
+    """DDP's C++ reducer all-reduces from C++ hooks a compiled backward cannot run: without
+    the check (compiled_autograd/reducers.py) each rank kept its own gradients, silently."""
+    reports = ranks("compiled_autograd_cpp_reducer")
+    assert_trained_like_eager_ddp(reports)
+    for report in reports:
+        assert report["uses_python_reducer"] is False
+        assert report["counters"]["eager_fallbacks"] == 3 and report["counters"]["captures"] == 0
+
+
+def test_compiled_autograd_captures_ddp_python_reducer_backwards(ranks):
+    reports = ranks("compiled_autograd_python_reducer")
+    assert_trained_like_eager_ddp(reports)
+    for report in reports:
+        assert report["uses_python_reducer"] is True
+        counts = report["counters"]
+        assert (counts["captures"], counts["hits"], counts["eager_fallbacks"]) == (1, 2, 0)

@@ -1,0 +1,80 @@
+"""DistributedDataParallel modules whose gradient all-reduce a compiled backward would skip.
+
+DDP's default (C++) reducer all-reduces each gradient from a C++ hook on its parameter's
+AccumulateGrad node. Python cannot see those hooks, and a compiled backward accumulates
+gradients itself, so under compiled autograd every rank would keep its own gradients: a
+silently wrong result. So DDP modules are recorded as they are built (a global
+module-registration hook: DDP's constructor sets `self.module = module`), and while one of
+them that uses the C++ reducer and syncs gradients is alive, `reason()` says why backward
+calls must run on PyTorch's engine. DDP built while
+`torch._dynamo.config.optimize_ddp = "python_reducer"` all-reduces from Python
+post-accumulate-grad hooks instead, which a compiled backward runs: those backwards compile.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+
+import torch
+from torch.nn.modules import module as nn_module
+
+log = logging.getLogger("aotgrad.compiled_autograd")
+
+_ddp_modules: weakref.WeakSet = weakref.WeakSet()
+_warned: weakref.WeakSet = weakref.WeakSet()
+_handle = None
+
+
+def _ddp_class():
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:  # a build without torch.distributed
+        return None
+    return DistributedDataParallel
+
+
+def _record(module, name, submodule):
+    ddp = _ddp_class()
+    if ddp is not None and isinstance(module, ddp):
+        _ddp_modules.add(module)
+    return None
+
+
+def install() -> None:
+    """Record every DDP module built from now on, and those alive already."""
+    global _handle
+    if _handle is not None:
+        return
+    _handle = nn_module.register_module_module_registration_hook(_record)
+    ddp = _ddp_class()
+    if ddp is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        for obj in gc.get_objects():  # (a DDP module needs a process group: none, none to find)
+            if isinstance(obj, ddp):
+                _ddp_modules.add(obj)
+
+
+def _bypassed(ddp) -> bool:
+    """Would a compiled backward skip this module's all-reduce?"""
+    return (not getattr(ddp, "_use_python_reducer", False) and getattr(ddp, "reducer", None) is not None
+            and getattr(ddp, "require_backward_grad_sync", True))
+
+
+def reason() -> str | None:
+    """Why backward calls must run on PyTorch's engine now (a live DDP module with the C++
+    reducer), or None. Warns once per such module."""
+    if not _ddp_modules:
+        return None
+    for ddp in list(_ddp_modules):
+        if not _bypassed(ddp):
+            continue
+        message = ("a DistributedDataParallel module with the C++ reducer is alive: it all-reduces gradients from "
+                   "C++ autograd hooks that a compiled backward cannot run, so backward calls run on PyTorch's "
+                   "engine (gradients are all-reduced as in eager). To compile them, build the DDP module after "
+                   "setting torch._dynamo.config.optimize_ddp = 'python_reducer' (its all-reduce then runs from "
+                   "Python hooks), or call backward outside aotgrad.compiled_autograd.enable")
+        if ddp not in _warned:
+            _warned.add(ddp)
+            log.warning("compiled autograd: %s", message)
+        return message
+    return None
