@@ -455,6 +455,49 @@ def compiled_autograd_ddp(rank: int, python_reducer: bool) -> dict:
             "counters": dict(aotgrad.counters["compiled_autograd"])}
 
 
+def compiled_autograd_fsdp(rank: int) -> dict:
+    """FSDP (flat parameters) trained for 3 SGD steps with every backward inside
+    aotgrad.compiled_autograd.enable: its reduce-scatter runs from Python hooks on the flat
+    parameter's AccumulateGrad node, which the captured graph calls. Compared with the same
+    model trained without FSDP, its gradients averaged over the ranks by hand."""
+    import gc
+
+    import aotgrad
+    from aotgrad import compiled_autograd
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    fresh_start()
+    gc.collect()
+    compiled_autograd.reset()
+    torch.manual_seed(0)
+    model = Small()
+    reference = copy.deepcopy(model)
+    sharded = FSDP(model, device_id=torch.device("cpu"))
+    opt = torch.optim.SGD(sharded.parameters(), lr=0.01)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
+
+    def compiler(gm):
+        return gm
+
+    for step in range(3):
+        x = batch(rank, step, (8, 64))
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        with compiled_autograd.enable(compiler):
+            sharded(x).pow(2).mean().backward()
+        reference(x).pow(2).mean().backward()
+        for q in reference.parameters():
+            dist.all_reduce(q.grad)
+            q.grad /= WORLD_SIZE
+        opt.step()
+        ref_opt.step()
+    with FSDP.summon_full_params(sharded):
+        mismatches = [_difference(f"parameter {name} after 3 steps", q.detach(), p.detach(), 1e-5)
+                      for (name, p), q in zip(sharded.named_parameters(), reference.parameters())]
+    return {"mismatches": [m for m in mismatches if m is not None],
+            "counters": dict(aotgrad.counters["compiled_autograd"])}
+
+
 SCENARIOS: dict[str, Callable[[int], dict]] = {
     **{f"pieces_{n}": functools.partial(pieces, n=n) for n in (1, 2, 3, 4)},
     "one_bucket": one_bucket,
@@ -471,4 +514,5 @@ SCENARIOS: dict[str, Callable[[int], dict]] = {
     "inductor": inductor,
     "compiled_autograd_cpp_reducer": functools.partial(compiled_autograd_ddp, python_reducer=False),
     "compiled_autograd_python_reducer": functools.partial(compiled_autograd_ddp, python_reducer=True),
+    "compiled_autograd_fsdp": compiled_autograd_fsdp,
 }

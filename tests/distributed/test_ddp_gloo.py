@@ -224,3 +224,10 @@ def test_compiled_autograd_captures_ddp_python_reducer_backwards(ranks):
         assert report["uses_python_reducer"] is True
         counts = report["counters"]
         assert (counts["captures"], counts["hits"], counts["eager_fallbacks"]) == (1, 2, 0)
+
+
+def test_compiled_autograd_captures_fsdp_backwards_with_their_reduce_scatter(ranks):
+    for rank, report in enumerate(ranks("compiled_autograd_fsdp")):
+        assert report["mismatches"] == [], f"rank {rank}: FSDP under compiled autograd differs from eager"
+        counts = report["counters"]
+        assert (counts["captures"], counts["hits"], counts["eager_fallbacks"]) == (1, 2, 0)
