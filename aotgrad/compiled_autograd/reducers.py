@@ -1,14 +1,11 @@
 """DistributedDataParallel modules whose gradient all-reduce a compiled backward would skip.
 
-DDP's default (C++) reducer all-reduces each gradient from a C++ hook on its parameter's
-AccumulateGrad node. Python cannot see those hooks, and a compiled backward accumulates
-gradients itself, so under compiled autograd every rank would keep its own gradients: a
-silently wrong result. So DDP modules are recorded as they are built (a global
-module-registration hook: DDP's constructor sets `self.module = module`), and while one of
-them that uses the C++ reducer and syncs gradients is alive, `reason()` says why backward
-calls must run on PyTorch's engine. DDP built while
-`torch._dynamo.config.optimize_ddp = "python_reducer"` all-reduces from Python
-post-accumulate-grad hooks instead, which a compiled backward runs: those backwards compile.
+DDP's default (C++) reducer all-reduces from C++ hooks on the AccumulateGrad nodes, which
+Python cannot see: under compiled autograd each rank would silently keep its own gradients.
+DDP modules are recorded as they are built (a global module-registration hook: DDP's
+constructor sets `self.module`); while one with the C++ reducer is alive and syncing,
+`reason()` sends backwards to PyTorch's engine. DDP built with
+`torch._dynamo.config.optimize_ddp = "python_reducer"` all-reduces from Python hooks: compiled.
 """
 from __future__ import annotations
 
