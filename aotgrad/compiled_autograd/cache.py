@@ -97,6 +97,9 @@ def owner_label(plans: list, owner: int) -> str:
 def _new_node_reason(compiler_fn: Callable, structure: tuple, plans: list) -> str:
     """Which node makes this structure new, against the stored one that agrees longest with it."""
     previous = [k for (fn_id, k) in _graphs if fn_id == id(compiler_fn)]
+    for other in previous:
+        if other[:4] == structure[:4] and other[HEADER:] == structure[HEADER:]:
+            return f"autocast during the backward changed: {other[4]} -> {structure[4]}"
     best_len = -1
     for other in previous:
         n = 0

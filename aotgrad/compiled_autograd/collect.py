@@ -4,12 +4,15 @@ In: a `Walk` and the root gradients. Out: `Collected`: for each step how aotgrad
 node (`StepPlan`: traced into aten ops, a custom Function's backward, AccumulateGrad, or
 run as is), the graph's two input lists (`inputs`: root gradients, then saved tensors;
 `objects`: leaves, ctxs, nodes and hook functions) and the cache key: node types, edges,
-hooks (how many, where; not which), saved non-tensor values and tensor metadata.
+hooks (how many, where; not which), saved non-tensor values, tensor metadata and the autocast
+state the backward runs under.
 """
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+
+import torch
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import output_kinds, tensor_positions
@@ -26,7 +29,18 @@ OPAQUE = "opaque"           # any other node (CopySlices, C++ custom Functions):
 
 _kinds: dict[type, str] = {}
 
-HEADER = 4  # structure entries before the first step's: accumulate_grad, results, roots, root metadata
+HEADER = 5  # structure entries before the first step's: accumulate_grad, results, roots, root metadata, autocast
+
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "mtia", "maia", "ipu", "privateuseone")
+
+
+def autocast_state() -> tuple | None:
+    """The autocast regions active while a backward runs (eager's backward ops are autocast
+    too, and a capture records their casts): None when there is none, the common case."""
+    if not torch._C._is_any_autocast_enabled():
+        return None
+    return tuple((device, torch.get_autocast_dtype(device)) for device in _AUTOCAST_DEVICES
+                 if torch.is_autocast_enabled(device))
 
 # Built-in nodes whose formula reads tensor values (prod's test for zeros): traced on fake
 # tensors they take their data-free path, equal in value but not bitwise, so they run as is.
@@ -237,7 +251,7 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         meta, start = sizes.tensor(g, 0)
         roots.append(meta)
         input_dims.append(start)
-    key: list = [accumulate_grad, walk.num_results, tuple(walk.roots), tuple(roots)]
+    key: list = [accumulate_grad, walk.num_results, tuple(walk.roots), tuple(roots), autocast_state()]
     keeps_state: list = []
     for index, step in enumerate(walk.steps, start=1):
         node = step.node

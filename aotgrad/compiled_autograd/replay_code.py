@@ -33,7 +33,8 @@ import torch
 from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.collect import (
-    ACCUMULATE, AOTGRAD, CUSTOM, TRACED, custom_arguments_known, kind_of, node_class, step_hooks, traced_values)
+    ACCUMULATE, AOTGRAD, CUSTOM, TRACED, autocast_state, custom_arguments_known, kind_of, node_class, step_hooks,
+    traced_values)
 from aotgrad.compiled_autograd.dynamic import SizeValues, contiguous_layout, layout
 from aotgrad.compiled_autograd.saved import EagerFallback
 
@@ -147,6 +148,10 @@ def generate(template) -> Callable | None:
     w = _Writer()
     w(f"if accumulate_grad is not {template.accumulate_grad} or len(root_edges) != {len(template.roots)} "
       f"or len(input_edges) != {len(template.inputs)}: return None", 1)
+    if template.structure[4] is None:  # (no autocast region active: one call answers, the common case)
+        w("if any_autocast_enabled(): return None", 1)
+    else:
+        w(f"if autocast_state() != {w.const(template.structure[4])}: return None", 1)
     resolved: set = set()
     for k, (i, nr) in enumerate(template.roots):
         w(f"e = root_edges[{k}]", 1)
@@ -261,6 +266,7 @@ def _compile(w: _Writer) -> Callable:
     filename = f"<aotgrad replay matcher {hash(source) & 0xFFFFFFFFFFFF:x}>"
     namespace = dict(w.constants, layout=layout, kind_of=kind_of, node_class=node_class, step_hooks=step_hooks,
                      traced_values=traced_values, custom_arguments_known=custom_arguments_known,
+                     autocast_state=autocast_state, any_autocast_enabled=torch._C._is_any_autocast_enabled,
                      NO_HOOKS=hook_lookup.NO_HOOKS, node_hooks_may_exist=hook_lookup.node_hooks_may_exist,
                      retaining_by_node=hook_lookup.retaining_by_node, EagerFallback=EagerFallback,
                      _ListSizes=_ListSizes, SavedTensor=torch._C._autograd.SavedTensor, Hit=replay.Hit)

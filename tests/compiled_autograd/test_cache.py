@@ -129,6 +129,27 @@ def test_dtype_change_recaptures():
     check(fn, captures=2)
 
 
+def test_autocast_during_the_backward_is_part_of_the_key(caplog):
+    """Eager runs backward ops under an autocast region active at `backward()` (bfloat16
+    matmuls here), and a capture records their casts: a graph captured inside the region must
+    not serve a backward outside it, nor the reverse (before: bfloat16 gradients, silently)."""
+    model = _mlp()
+
+    def fn():
+        out = []
+        for autocast in [True, False, True, False]:
+            model.zero_grad()
+            loss = model(torch.randn(3, 4)).sum()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss.backward()
+            out += [p.grad for p in model.parameters()]
+        return out
+
+    with caplog.at_level(logging.DEBUG, logger="aotgrad.compiled_autograd"):
+        check(fn, captures=2)
+    assert "Cache miss due to autocast during the backward changed: (('cpu', torch.bfloat16),) -> None" in caplog.text
+
+
 def test_accumulating_without_zeroing_hits_the_cache():
     model = _mlp()
 

@@ -5,6 +5,7 @@ tensors are those collect finds on the same graph. Negative: graphs that differ 
 template only in something the fast way must check (a node reached twice, the order of
 sequence numbers, a hook, a saved value, a dtype, a layout) do not match, and the slow way
 handles them as eager does. Then the engine's errors and frees after a fast hit."""
+import contextlib
 import gc
 import weakref
 
@@ -158,6 +159,33 @@ def _no_match(learned, other, inputs_of=None):
     with compiled_autograd.enable(nop_compiler):
         hit, _, _ = _find(other, inputs_of)
     assert hit is None
+
+
+def test_the_autocast_state_of_the_backward_is_part_of_the_match():
+    """The forward outside any autocast region, the backward inside one or not: a template
+    learned one way matches only backwards run the same way (generated code and match)."""
+    def build():
+        return MLP(X).sum()
+
+    def matches(out) -> list[bool]:
+        edges, grads = [gradient_edge(out)], [torch.ones_like(out)]
+        templates = replay.templates_of(nop_compiler)
+        generic = [replay.match(t, edges, [], grads, True) is not None for t in templates._by_structure.values()]
+        return [templates.find(edges, [], grads, True) is not None] + generic
+
+    def bfloat16():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    for learned_inside in (False, True):
+        compiled_autograd.reset()
+        with compiled_autograd.enable(nop_compiler):
+            out = build()
+            with bfloat16() if learned_inside else contextlib.nullcontext():
+                out.backward()
+            out = build()
+            with bfloat16():
+                assert matches(out) == [learned_inside] * 2
+            assert matches(out) == [not learned_inside] * 2
 
 
 def test_one_node_reached_twice_is_not_two_nodes():
