@@ -13,6 +13,7 @@ difference between the two (`mismatches`) and what aotgrad split (`history`).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -455,6 +456,51 @@ def compiled_autograd_ddp(rank: int, python_reducer: bool) -> dict:
             "counters": dict(aotgrad.counters["compiled_autograd"])}
 
 
+def compiled_autograd_no_sync(rank: int) -> dict:
+    """Gradient accumulation with DDP's C++ reducer under compiled autograd: two micro-batches
+    inside `no_sync()` (nothing to all-reduce: compiled), then one synced (PyTorch's engine:
+    its reducer all-reduces everything accumulated), twice; against the model trained without
+    DDP, its accumulated gradients averaged over the ranks by hand."""
+    import gc
+
+    import aotgrad
+    from aotgrad import compiled_autograd
+
+    fresh_start()
+    gc.collect()
+    compiled_autograd.reset()
+    torch.manual_seed(0)
+    model = Layers(2, width=64)
+    reference = copy.deepcopy(model)
+    ddp = DDP(model, bucket_cap_mb=1)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
+
+    def compiler(gm):
+        return gm
+
+    mismatches = []
+    for step in range(2):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        for micro in range(3):
+            x = batch(rank, 3 * step + micro, (8, 64))
+            with ddp.no_sync() if micro < 2 else contextlib.nullcontext():
+                loss = ddp(x).pow(2).mean()
+                with compiled_autograd.enable(compiler):
+                    loss.backward()
+            reference(x).pow(2).mean().backward()
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            averaged = q.grad.clone()
+            dist.all_reduce(averaged)
+            averaged /= WORLD_SIZE
+            mismatches.append(_difference(f"step {step}: gradient of {name}", averaged, p.grad, 1e-5))
+        opt.step()
+        ref_opt.step()
+    return {"mismatches": [m for m in mismatches if m is not None],
+            "counters": dict(aotgrad.counters["compiled_autograd"])}
+
+
 def compiled_autograd_fsdp(rank: int) -> dict:
     """FSDP (flat parameters) trained for 3 SGD steps with every backward inside
     aotgrad.compiled_autograd.enable: its reduce-scatter runs from Python hooks on the flat
@@ -515,4 +561,5 @@ SCENARIOS: dict[str, Callable[[int], dict]] = {
     "compiled_autograd_cpp_reducer": functools.partial(compiled_autograd_ddp, python_reducer=False),
     "compiled_autograd_python_reducer": functools.partial(compiled_autograd_ddp, python_reducer=True),
     "compiled_autograd_fsdp": compiled_autograd_fsdp,
+    "compiled_autograd_no_sync": compiled_autograd_no_sync,
 }

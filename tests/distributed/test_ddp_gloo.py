@@ -231,3 +231,12 @@ def test_compiled_autograd_captures_fsdp_backwards_with_their_reduce_scatter(ran
         assert report["mismatches"] == [], f"rank {rank}: FSDP under compiled autograd differs from eager"
         counts = report["counters"]
         assert (counts["captures"], counts["hits"], counts["eager_fallbacks"]) == (1, 2, 0)
+
+
+def test_compiled_autograd_compiles_ddp_no_sync_micro_batches(ranks):
+    """Gradient accumulation: the no_sync micro-batches (no all-reduce wanted) are captured,
+    the synced one runs on PyTorch's engine, whose reducer all-reduces the sum."""
+    for rank, report in enumerate(ranks("compiled_autograd_no_sync")):
+        assert report["mismatches"] == [], f"rank {rank}: differs from eager DDP"
+        counts = report["counters"]
+        assert (counts["captures"], counts["hits"], counts["eager_fallbacks"]) == (1, 3, 2)
