@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from aotgrad.compiled_autograd.collect import HEADER
+from aotgrad.compiled_autograd.collect import AUTOCAST, HEADER
 
 counters: dict[str, int] = {"captures": 0, "compiles": 0, "hits": 0, "eager_fallbacks": 0}
 _graphs: dict[tuple, list["Entry"]] = {}   # (compiler id, structure) -> entries, newest first
@@ -98,8 +98,8 @@ def _new_node_reason(compiler_fn: Callable, structure: tuple, plans: list) -> st
     """Which node makes this structure new, against the stored one that agrees longest with it."""
     previous = [k for (fn_id, k) in _graphs if fn_id == id(compiler_fn)]
     for other in previous:
-        if other[:4] == structure[:4] and other[HEADER:] == structure[HEADER:]:
-            return f"autocast during the backward changed: {other[4]} -> {structure[4]}"
+        if other[:AUTOCAST] == structure[:AUTOCAST] and other[HEADER:] == structure[HEADER:]:
+            return f"autocast during the backward changed: {other[AUTOCAST]} -> {structure[AUTOCAST]}"
     best_len = -1
     for other in previous:
         n = 0

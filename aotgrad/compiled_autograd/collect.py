@@ -30,6 +30,7 @@ OPAQUE = "opaque"           # any other node (CopySlices, C++ custom Functions):
 _kinds: dict[type, str] = {}
 
 HEADER = 5  # structure entries before the first step's: accumulate_grad, results, roots, root metadata, autocast
+AUTOCAST = 4  # the entry holding the autocast state (`autocast_state`)
 
 _AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "mtia", "maia", "ipu", "privateuseone")
 

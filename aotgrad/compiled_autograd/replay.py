@@ -10,8 +10,8 @@ objects, and the saved tensors still in their nodes), or None when no template m
 edges (by identity: a node reached twice is one node, two nodes are never one), the same
 order of sequence numbers (so the engine's schedule is the template's), the same roots and
 inputs, and, computed by collect's own helpers, the same hooks, saved non-tensor values,
-tensor metadata and autocast state. That is every part of the key, so the structure is the template's; the
-sizes come out in collect's order for `cache.lookup`. Reading saved tensors through their
+tensor metadata and autocast state. That is every part of the key, so the structure is the
+template's; the sizes come out in collect's order for `cache.lookup`. Reading saved tensors through their
 nodes' getters runs autograd's version check and changes nothing: a template that does not
 match leaves the graph as it found it. Only `Hit.take` changes the graph: without
 retain_graph each saved tensor is handed to the graph's input list by
@@ -25,7 +25,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from aotgrad.compiled_autograd.collect import (
-    ACCUMULATE, AOTGRAD, CUSTOM, HEADER, TRACED, Collected, autocast_state, custom_arguments_known, kind_of,
+    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, HEADER, TRACED, Collected, autocast_state, custom_arguments_known, kind_of,
     node_class, step_hooks, traced_values, value_reader)
 from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd import hooks as hook_lookup
@@ -231,7 +231,7 @@ def match(template: Template, root_edges: list, input_edges: list, root_grads: l
     roots_key = []
     for g in root_grads:
         roots_key.append(sizes.tensor(g, 0)[0])
-    if tuple(roots_key) != template.structure[3] or autocast_state() != template.structure[4]:
+    if tuple(roots_key) != template.structure[3] or autocast_state() != template.structure[AUTOCAST]:
         return None
     extend = sizes.values.extend
     probe = hook_lookup.node_hooks_may_exist()

@@ -33,8 +33,8 @@ import torch
 from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.collect import (
-    ACCUMULATE, AOTGRAD, CUSTOM, TRACED, autocast_state, custom_arguments_known, kind_of, node_class, step_hooks,
-    traced_values)
+    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, TRACED, autocast_state, custom_arguments_known, kind_of, node_class,
+    step_hooks, traced_values)
 from aotgrad.compiled_autograd.dynamic import SizeValues, contiguous_layout, layout
 from aotgrad.compiled_autograd.saved import EagerFallback
 
@@ -148,10 +148,10 @@ def generate(template) -> Callable | None:
     w = _Writer()
     w(f"if accumulate_grad is not {template.accumulate_grad} or len(root_edges) != {len(template.roots)} "
       f"or len(input_edges) != {len(template.inputs)}: return None", 1)
-    if template.structure[4] is None:  # (no autocast region active: one call answers, the common case)
+    if template.structure[AUTOCAST] is None:  # (no autocast region active: one call answers, the common case)
         w("if any_autocast_enabled(): return None", 1)
     else:
-        w(f"if autocast_state() != {w.const(template.structure[4])}: return None", 1)
+        w(f"if autocast_state() != {w.const(template.structure[AUTOCAST])}: return None", 1)
     resolved: set = set()
     for k, (i, nr) in enumerate(template.roots):
         w(f"e = root_edges[{k}]", 1)
