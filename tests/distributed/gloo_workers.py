@@ -405,21 +405,43 @@ def inductor(rank: int) -> dict:
                  wrap=in_ddp(bucket_cap_mb=1))
 
 
+def _compiled_autograd_start() -> None:
+    """fresh_start, the DDP modules of earlier scenarios collected, no captured graphs."""
+    import gc
+
+    from aotgrad import compiled_autograd
+
+    fresh_start()
+    gc.collect()
+    compiled_autograd.reset()
+    torch.manual_seed(0)
+
+
+def _nop_compiler(gm):  # (one compiler for every step: compiled autograd's cache is per compiler)
+    return gm
+
+
+def _against_averaged(model, reference, step: int) -> list[str]:
+    """How `model`'s gradients differ from `reference`'s averaged over the ranks (eager DDP's)."""
+    found = []
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        averaged = q.grad.clone()
+        dist.all_reduce(averaged)
+        averaged /= WORLD_SIZE
+        found.append(_difference(f"step {step}: gradient of {name}", averaged, p.grad, 1e-5))
+    return [d for d in found if d is not None]
+
+
 def compiled_autograd_ddp(rank: int, python_reducer: bool) -> dict:
     """DDP trained for 3 SGD steps with every backward inside aotgrad.compiled_autograd.enable,
     against the same model trained without DDP whose gradients are averaged over the ranks by
     hand (eager DDP's result; an eager DDP module would itself be a live C++ reducer). With
     DDP's C++ reducer, whose hooks a compiled backward cannot run, the backwards run on
     PyTorch's engine; built with optimize_ddp = "python_reducer" they are captured."""
-    import gc
-
     import aotgrad
     from aotgrad import compiled_autograd
 
-    fresh_start()
-    gc.collect()  # (the DDP modules of earlier scenarios)
-    compiled_autograd.reset()
-    torch.manual_seed(0)
+    _compiled_autograd_start()
     model = Layers(2, width=64)
     reference = copy.deepcopy(model)
     torch._dynamo.config.optimize_ddp = "python_reducer" if python_reducer else False
@@ -430,27 +452,19 @@ def compiled_autograd_ddp(rank: int, python_reducer: bool) -> dict:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
     mismatches, output_sums = [], []
-
-    def compiler(gm):  # (one compiler for every step: the cache is per compiler)
-        return gm
-
     for step in range(3):
         x = batch(rank, step, (8, 64))
         opt.zero_grad()
         ref_opt.zero_grad()
         out = ddp(x)
-        with compiled_autograd.enable(compiler):
+        with compiled_autograd.enable(_nop_compiler):
             out.pow(2).mean().backward()
         reference(x).pow(2).mean().backward()
-        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-            averaged = q.grad.clone()
-            dist.all_reduce(averaged)
-            averaged /= WORLD_SIZE
-            mismatches.append(_difference(f"step {step}: gradient of {name}", averaged, p.grad, 1e-5))
+        mismatches += _against_averaged(model, reference, step)
         opt.step()
         ref_opt.step()
         output_sums.append(float(out.detach().sum()))
-    return {"mismatches": [m for m in mismatches if m is not None], "output_sums": output_sums,
+    return {"mismatches": mismatches, "output_sums": output_sums,
             "grad_sums": {name: float(p.grad.sum()) for name, p in model.named_parameters()},
             "uses_python_reducer": ddp._use_python_reducer,
             "counters": dict(aotgrad.counters["compiled_autograd"])}
@@ -461,24 +475,15 @@ def compiled_autograd_no_sync(rank: int) -> dict:
     inside `no_sync()` (nothing to all-reduce: compiled), then one synced (PyTorch's engine:
     its reducer all-reduces everything accumulated), twice; against the model trained without
     DDP, its accumulated gradients averaged over the ranks by hand."""
-    import gc
-
     import aotgrad
     from aotgrad import compiled_autograd
 
-    fresh_start()
-    gc.collect()
-    compiled_autograd.reset()
-    torch.manual_seed(0)
+    _compiled_autograd_start()
     model = Layers(2, width=64)
     reference = copy.deepcopy(model)
     ddp = DDP(model, bucket_cap_mb=1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
-
-    def compiler(gm):
-        return gm
-
     mismatches = []
     for step in range(2):
         opt.zero_grad()
@@ -487,18 +492,13 @@ def compiled_autograd_no_sync(rank: int) -> dict:
             x = batch(rank, 3 * step + micro, (8, 64))
             with ddp.no_sync() if micro < 2 else contextlib.nullcontext():
                 loss = ddp(x).pow(2).mean()
-                with compiled_autograd.enable(compiler):
+                with compiled_autograd.enable(_nop_compiler):
                     loss.backward()
             reference(x).pow(2).mean().backward()
-        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-            averaged = q.grad.clone()
-            dist.all_reduce(averaged)
-            averaged /= WORLD_SIZE
-            mismatches.append(_difference(f"step {step}: gradient of {name}", averaged, p.grad, 1e-5))
+        mismatches += _against_averaged(model, reference, step)
         opt.step()
         ref_opt.step()
-    return {"mismatches": [m for m in mismatches if m is not None],
-            "counters": dict(aotgrad.counters["compiled_autograd"])}
+    return {"mismatches": mismatches, "counters": dict(aotgrad.counters["compiled_autograd"])}
 
 
 def compiled_autograd_fsdp(rank: int) -> dict:
@@ -506,30 +506,21 @@ def compiled_autograd_fsdp(rank: int) -> dict:
     aotgrad.compiled_autograd.enable: its reduce-scatter runs from Python hooks on the flat
     parameter's AccumulateGrad node, which the captured graph calls. Compared with the same
     model trained without FSDP, its gradients averaged over the ranks by hand."""
-    import gc
-
     import aotgrad
     from aotgrad import compiled_autograd
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    fresh_start()
-    gc.collect()
-    compiled_autograd.reset()
-    torch.manual_seed(0)
+    _compiled_autograd_start()
     model = Small()
     reference = copy.deepcopy(model)
     sharded = FSDP(model, device_id=torch.device("cpu"))
     opt = torch.optim.SGD(sharded.parameters(), lr=0.01)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.01)
-
-    def compiler(gm):
-        return gm
-
     for step in range(3):
         x = batch(rank, step, (8, 64))
         opt.zero_grad()
         ref_opt.zero_grad()
-        with compiled_autograd.enable(compiler):
+        with compiled_autograd.enable(_nop_compiler):
             sharded(x).pow(2).mean().backward()
         reference(x).pow(2).mean().backward()
         for q in reference.parameters():
