@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from aotgrad.compiled_autograd.collect import AUTOCAST, HEADER
+from aotgrad.compiled_autograd.collect import AUTOCAST, HEADER, STEP_HOOKS, STEP_VALUES
 
 counters: dict[str, int] = {"captures": 0, "compiles": 0, "hits": 0, "eager_fallbacks": 0}
 _graphs: dict[tuple, list["Entry"]] = {}   # (compiler id, structure) -> entries, newest first
@@ -95,22 +95,50 @@ def owner_label(plans: list, owner: int) -> str:
 
 
 def _new_node_reason(compiler_fn: Callable, structure: tuple, plans: list) -> str:
-    """Which node makes this structure new, against the stored one that agrees longest with it."""
+    """What makes this structure new, against the stored one that agrees longest with it: the
+    autocast state, one node's hooks or saved values, or a new node."""
     previous = [k for (fn_id, k) in _graphs if fn_id == id(compiler_fn)]
     for other in previous:
         if other[:AUTOCAST] == structure[:AUTOCAST] and other[HEADER:] == structure[HEADER:]:
             return f"autocast during the backward changed: {other[AUTOCAST]} -> {structure[AUTOCAST]}"
-    best_len = -1
+    best_len, closest = -1, None
     for other in previous:
         n = 0
         for a, b in zip(structure, other):
             if a != b:
                 break
             n += 1
-        best_len = max(best_len, n)
+        if n > best_len:
+            best_len, closest = n, other
     sizes = sorted(len(k) for k in previous)
     owner = 0 if best_len < HEADER else min(best_len - HEADER, len(plans) - 1) + 1
+    if closest is not None and HEADER <= best_len < min(len(structure), len(closest)):
+        changed = _changed_part(closest[best_len], structure[best_len])
+        if changed is not None:
+            return f"{changed[0]} of {owner_label(plans, owner)} changed: {changed[1]} -> {changed[2]}"
     return f"new autograd node: {owner_label(plans, owner)} with key size {len(structure)}, previous key sizes={sizes}"
+
+
+def _changed_part(old: tuple, new: tuple) -> tuple[str, str, str] | None:
+    """(what, before, after) when two steps' key entries differ only in their hooks or only in
+    their saved non-tensor values; None otherwise (a different node)."""
+    differing = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+    if len(old) != len(new) or len(differing) != 1:
+        return None
+    if differing == [STEP_HOOKS]:
+        return "hooks", _hooks_text(old[STEP_HOOKS]), _hooks_text(new[STEP_HOOKS])
+    if differing == [STEP_VALUES]:
+        return "saved values", repr(old[STEP_VALUES]), repr(new[STEP_VALUES])
+    return None
+
+
+def _hooks_text(shape: tuple) -> str:
+    """hooks.NodeHooks.shape() for people."""
+    tensor, retain, pre, post, post_accumulate = shape
+    parts = [f"tensor hooks on gradient {list(tensor)}" if tensor else "",
+             f"retain_grad on {list(retain)}" if retain else "", "pre-hooks" if pre else "",
+             "post-hooks" if post else "", "post-accumulate-grad hooks" if post_accumulate else ""]
+    return ", ".join(p for p in parts if p) or "none"
 
 
 def reset() -> None:

@@ -31,6 +31,7 @@ _kinds: dict[type, str] = {}
 
 HEADER = 5  # structure entries before the first step's: accumulate_grad, results, roots, root metadata, autocast
 AUTOCAST = 4  # the entry holding the autocast state (`autocast_state`)
+STEP_HOOKS, STEP_VALUES = 4, 5  # in each step's entry: its hooks' shape, its saved non-tensor values
 
 _AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "mtia", "maia", "ipu", "privateuseone")
 

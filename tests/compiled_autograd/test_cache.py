@@ -186,6 +186,30 @@ def test_verbose_logs_nodes_and_miss_reasons(caplog):
     assert aotgrad.counters["compiled_autograd"]["captures"] == 2
 
 
+def test_miss_reasons_name_the_hook_or_saved_value_that_changed(caplog):
+    model = _mlp()
+    x = torch.randn(3, requires_grad=True)
+    compiled_autograd.reset()
+    with caplog.at_level(logging.DEBUG, logger="aotgrad.compiled_autograd"):
+        with compiled_autograd.enable(nop_compiler):
+            for i in range(3):
+                h = model[0](torch.randn(2, 4))
+                if i == 1:
+                    h.register_hook(lambda g: g * 2)
+                if i == 2:
+                    handle = model[0].weight.register_post_accumulate_grad_hook(lambda p: None)
+                model[2](model[1](h)).sum().backward()
+            handle.remove()
+            for k in (2, 3):
+                x.pow(k).sum().backward()
+    text = caplog.text
+    assert "Cache miss due to hooks of AddmmBackward0 (NodeCall 7) changed: none -> tensor hooks on gradient [0]" \
+        in text
+    assert ("Cache miss due to hooks of torch::autograd::AccumulateGrad (NodeCall 10) changed: none -> "
+            "post-accumulate-grad hooks") in text
+    assert "Cache miss due to saved values of PowBackward0 (NodeCall 2) changed: (2,) -> (3,)" in text
+
+
 def test_verbose_flag_is_read_when_enable_is_entered(caplog):
     compiled_autograd.reset()
     x = torch.randn(3, requires_grad=True)
