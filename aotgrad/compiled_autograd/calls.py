@@ -147,8 +147,21 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
     else:
         old += grad
     if hooks:
-        for hook in list(hooks.values()):
-            hook(variable)
+        _post_accumulate_hooks(hooks, variable)
+
+
+def _post_accumulate_hooks(hooks: dict, variable: torch.Tensor) -> None:
+    """Each hook gets the leaf (or what the one before returned); as in eager, returning the
+    leaf itself is allowed, anything else fails its check or, after all have run, with eager's error."""
+    arg, replaced = variable, False
+    for hook in list(hooks.values()):
+        result = hook(arg)
+        if result is not None:
+            _check_single_result(hook, arg, result)
+            replaced = replaced or result is not arg
+            arg = result
+    if replaced:
+        raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def _materialized(ctx, grads: list) -> list:

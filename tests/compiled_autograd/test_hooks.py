@@ -1,5 +1,6 @@
 """Hooks under compiled autograd, against eager: each runs once, in the engine's order, may
 change the gradient, and is part of the cache key (how many, where; not which function)."""
+import pytest
 import torch
 
 import aotgrad
@@ -209,3 +210,26 @@ def test_node_hook_results_get_eagers_checks():
             with compiled_autograd.enable(nop_compiler) if compiled else torch.enable_grad():
                 with pytest.raises(error, match=message):
                     y.sum().backward()
+
+
+@pytest.mark.parametrize("returns", ["the leaf", "a detached leaf", "another tensor", "another size",
+                                     "another dtype", "an int"])
+def test_a_post_accumulate_hook_returning_a_value_fails_as_in_eager(returns):
+    """Eager allows a post-accumulate-grad hook to return the leaf itself; anything else is
+    eager's size/type error, or after the hooks ran, "should return None" (before session 10,
+    compiled autograd ignored what these hooks returned)."""
+    result = {"the leaf": lambda p: p, "a detached leaf": lambda p: p.detach(),
+              "another tensor": lambda p: torch.zeros(3), "another size": lambda p: torch.zeros(4),
+              "another dtype": lambda p: torch.zeros(3, dtype=torch.float64), "an int": lambda p: 5}[returns]
+
+    def fn():
+        p = torch.nn.Parameter(torch.ones(3))
+        p.register_post_accumulate_grad_hook(result)
+        try:
+            (p * 2).sum().backward()
+            return ["no error", p.grad]
+        except (RuntimeError, TypeError) as e:
+            return [type(e).__name__, str(e)]
+
+    outcome = check(fn)
+    assert (outcome[0] == "no error") == (returns == "the leaf")
