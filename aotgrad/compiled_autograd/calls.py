@@ -146,21 +146,8 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
             variable.grad = _clone_obeying_layout(grad, variable)
     else:
         old += grad
-    if hooks:
-        _post_accumulate_hooks(hooks, variable)
-
-
-def _post_accumulate_hooks(hooks: dict, variable: torch.Tensor) -> None:
-    """Each hook gets the leaf (or what the one before returned); as in eager, returning the
-    leaf itself is allowed, anything else fails its check or, after all have run, with eager's error."""
-    arg, replaced = variable, False
-    for hook in list(hooks.values()):
-        result = hook(arg)
-        if result is not None:
-            _check_single_result(hook, arg, result)
-            replaced = replaced or result is not arg
-            arg = result
-    if replaced:
+    # the post-accumulate-grad hooks: checked as tensor hooks are; only the leaf itself may come back
+    if hooks and tensor_hooks(hooks, variable) is not variable:
         raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 

@@ -31,9 +31,11 @@ def _ddp_class():
     return DistributedDataParallel
 
 
+_DDP = _ddp_class()
+
+
 def _record(module, name, submodule):
-    ddp = _ddp_class()
-    if ddp is not None and isinstance(module, ddp):
+    if _DDP is not None and isinstance(module, _DDP):
         _ddp_modules.add(module)
     return None
 
@@ -44,10 +46,9 @@ def install() -> None:
     if _handle is not None:
         return
     _handle = nn_module.register_module_module_registration_hook(_record)
-    ddp = _ddp_class()
-    if ddp is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+    if _DDP is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         for obj in gc.get_objects():  # (a DDP module needs a process group: none, none to find)
-            if isinstance(obj, ddp):
+            if isinstance(obj, _DDP):
                 _ddp_modules.add(obj)
 
 
