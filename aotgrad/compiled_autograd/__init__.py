@@ -23,8 +23,9 @@ from typing import Callable
 
 from aotgrad.compiled_autograd import cache, engine, hooks, reducers, replay
 
-hooks.install()  # tensor hooks and retain_grad on non-leaves are recorded from now on
-reducers.install()  # DDP modules, whose C++ reducer a compiled backward would bypass
+# Importing changes nothing in PyTorch: the first `enable()` starts recording hook
+# registrations and DDP modules (hooks.install, reducers.install), each also finding those
+# that exist already.
 
 
 @contextlib.contextmanager
@@ -39,6 +40,8 @@ def enable(compiler_fn: Callable):
 
     apply_log_level()  # AOTGRAD_LOG / config.log_level
     verbose = bool(config.compiled_autograd_verbose)
+    hooks.install()  # tensor hooks and retain_grad on non-leaves are recorded from now on
+    reducers.install()  # DDP modules, whose C++ reducer a compiled backward would bypass
     context = engine.CompiledAutograd(compiler_fn)
     with _verbose_logging(verbose):
         engine.install()

@@ -17,7 +17,8 @@ import torch
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import output_kinds, tensor_positions
 from aotgrad.compiled_autograd.dynamic import SizeList, SizeValues, symbolic_attributes
-from aotgrad.compiled_autograd.saved import EagerFallback, Slot, hashable, layout_of, take, take_tensors
+from aotgrad.compiled_autograd.saved import (
+    EagerFallback, Slot, hashable, layout_of, packed_by_user, take, take_tensors)
 from aotgrad.compiled_autograd.walk import Walk
 from aotgrad.runtime.function import CompiledFunction
 
@@ -121,6 +122,8 @@ def node_class(kind: str, node):
     output layout; aotgrad's own function by its compiled plan."""
     if kind is CUSTOM:
         return (node._forward_cls, tensor_positions(node), output_kinds(node))
+    if kind is OPAQUE and kind_of(node) is TRACED:  # a built-in node run as is (saved_tensors_hooks)
+        return (OPAQUE, type(node))
     return _Same(node.plan) if kind is AOTGRAD else type(node)
 
 
@@ -206,9 +209,12 @@ def step_hooks(node, leaf, probe: bool, retaining: dict):
 
 def custom_arguments_known(node) -> None:
     """Which results of a custom Function go to which input must be known."""
+    if getattr(node, "_aotgrad_unrecorded", False):
+        raise EagerFallback(f"custom Function {node.name()} was applied before compiled autograd was first "
+                            "enabled: which of its arguments and outputs are tensors was not recorded")
     if len(node.next_functions) != len(node.needs_input_grad) and tensor_positions(node) is None:
-        raise EagerFallback(f"custom Function {node.name()} has non-tensor inputs and was applied "
-                            "before aotgrad was imported: which results go to which input is unknown")
+        raise EagerFallback(f"custom Function {node.name()} has non-tensor inputs and was not applied through "
+                            "torch.autograd.Function.apply: which results go to which input is unknown")
 
 
 class _UnpackedOnce:
@@ -258,6 +264,8 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
     for index, step in enumerate(walk.steps, start=1):
         node = step.node
         kind = kind_of(node)
+        if kind is TRACED and step.runs and packed_by_user(node, layout_of(type(node)).tensors):
+            kind = OPAQUE  # run as is: it unpacks through the user's saved_tensors_hooks, as in eager
         leaf = node.variable if kind is ACCUMULATE else None
         node_hooks = step_hooks(node, leaf, probe, retaining)
         plan = StepPlan(kind, node_hooks, len(inputs), len(objects), node, index)
@@ -291,6 +299,10 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
                             input_dims)
         key.append((node_class(kind, node), step.runs, tuple(step.edges), tuple(step.captures),
                     node_hooks.shape(), values, saved, input_metadata(node, index, sizes, plan.meta_dims)))
+    if hook_lookup.unresolved():
+        raise EagerFallback("hooks registered before compiled autograd was first enabled are held by autograd "
+                            "nodes aotgrad cannot place (on a non-leaf tensor no longer alive in Python); "
+                            "PyTorch's engine runs backwards until they are freed")
     return Collected(plans, inputs, objects, slots, keeps_state, tuple(key), sizes, input_dims)
 
 

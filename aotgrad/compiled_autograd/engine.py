@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.compiled_autograd import cache as graph_cache
 from aotgrad.compiled_autograd import calls, reducers, replay
+from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
 from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
@@ -159,6 +160,8 @@ class CompiledAutograd:
 
     def _run_cached(self, templates, root_edges, input_edges, grad_tensors, keep_graph, accumulate_grad):
         """A cache hit the fast way (replay.py): the results, or None (then the slow way runs)."""
+        if hook_lookup.unresolved():  # (collect says why)
+            return None
         hit = templates.find(root_edges, input_edges, list(grad_tensors), accumulate_grad)
         entry = graph_cache.serving(hit.entries, hit.sizes) if hit is not None else None
         if entry is None or entry.compiled is None:

@@ -3,16 +3,21 @@
 Where each kind lives and how aotgrad finds it:
   node pre/post hooks      the node's own dict: registering a no-op hook returns a handle
                            whose `hooks_dict_ref()` is that dict (the no-op is removed)
-  tensor hooks, non-leaf   inside the C++ node, out of Python's reach: `Tensor.register_hook`
-                           is wrapped when aotgrad is imported, and adds a `TensorHooksMarker`
+  tensor hooks, non-leaf   inside the C++ node, out of Python's reach: from the first
+                           `enable()` on, `Tensor.register_hook` adds a `TensorHooksMarker`
                            marker pre-hook (a no-op in eager) carrying the tensor's hook dict
-  retain_grad, non-leaf    `Tensor.retain_grad` is wrapped: live tensors that retain grad
+  retain_grad, non-leaf    `Tensor.retain_grad` is recorded the same way: live tensors that retain grad
   leaf hooks               on the leaf: `_backward_hooks`, `_post_accumulate_grad_hooks`
-Hooks registered before `import aotgrad` on non-leaf tensors cannot be seen (docs/limitations.md).
+Nothing is wrapped when aotgrad is imported. `install()`, at the first `enable()`, wraps the
+registration entry points and records what was registered before from what is alive
+(`_record_existing`); hooks it cannot place keep backwards on PyTorch's engine (`unresolved`).
 """
 from __future__ import annotations
 
+import gc
 import inspect
+import logging
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -23,8 +28,13 @@ from torch.autograd.function import _is_setup_context_defined
 
 _lock = threading.Lock()
 _node_hook_dicts: list = []   # weakrefs to every node hook dict ever made (pruned as they die)
-_retaining: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
+# non-leaf tensors that retain grad, by id (a WeakSet would compare tensors with `==`)
+_retaining: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDictionary()
+# hook dicts registered before install() that only C++ holds: node hook dicts (probing finds
+# those) or the hooks of a non-leaf tensor that no longer exists in Python (nothing can)
+_unresolved: list = []
 _installed = False
+log = logging.getLogger("aotgrad.compiled_autograd")
 _AUTOGRAD_GRAPH_FILE = torch.autograd.graph.__file__
 
 
@@ -57,19 +67,24 @@ def _recording_tensor_register_hook(original):
     def register_hook(self, hook):
         handle = original(self, hook)
         hooks = self._backward_hooks
-        if self.grad_fn is not None and getattr(self, "_aotgrad_marked_hooks", None) is not hooks:
-            self.grad_fn.register_prehook(TensorHooksMarker(self.output_nr, hooks))
-            self._aotgrad_marked_hooks = hooks
+        _mark_tensor_hooks(self, hooks)
         return handle
     register_hook.__doc__ = original.__doc__
     return register_hook
+
+
+def _mark_tensor_hooks(tensor, hooks) -> None:
+    """Put a marker carrying a non-leaf tensor's hook dict on its node (once per dict)."""
+    if tensor.grad_fn is not None and getattr(tensor, "_aotgrad_marked_hooks", None) is not hooks:
+        tensor.grad_fn.register_prehook(TensorHooksMarker(tensor.output_nr, hooks))
+        tensor._aotgrad_marked_hooks = hooks
 
 
 def _recording_retain_grad(original):
     def retain_grad(self):
         original(self)
         if self.grad_fn is not None:
-            _retaining.add(self)
+            _retaining[id(self)] = self
     retain_grad.__doc__ = original.__doc__
     return retain_grad
 
@@ -85,6 +100,15 @@ def _recording_set_materialize_grads(original):
 def materialize_grads(ctx) -> bool:
     """Does a custom Function's backward get zeros for missing gradients? (the default)"""
     return getattr(ctx, "_aotgrad_materialize_grads", True)
+
+
+def _apply_impl():
+    """`Function.apply` as a function of (cls, *args): a classmethod written in Python up to
+    torch 2.13, a C classmethod descriptor inherited from `_C._FunctionBase` from 2.14 on."""
+    raw = inspect.getattr_static(torch.autograd.Function, "apply")
+    if isinstance(raw, classmethod):
+        return raw.__func__
+    return lambda cls, *args, **kwargs: raw.__get__(None, cls)(*args, **kwargs)
 
 
 def _recording_function_apply(original):
@@ -109,7 +133,7 @@ def _recording_function_apply(original):
         if any(k != "diff" for k in kinds):
             node._aotgrad_outputs = kinds
         return out
-    apply.__doc__ = original.__doc__
+    apply.__doc__ = torch.autograd.Function.apply.__doc__
     # Dynamo must not compile this wrapper as a frame of its own when code it skips calls
     # `apply` (DDP's _post_forward calls _DDPSink.apply with a weakref argument, which Dynamo's
     # tracing of `apply` would pass on as its referent). Code Dynamo traces calls `apply`
@@ -137,17 +161,95 @@ def output_kinds(ctx) -> tuple | None:
 
 
 def install() -> None:
-    """Wrap the registration entry points (once, when aotgrad is imported)."""
+    """Wrap the registration entry points (once, at the first `enable()`), then record what
+    was registered before from what is alive."""
     global _installed
-    if _installed:
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+        torch.autograd.Function._register_hook = _recording_register_hook_dict(torch.autograd.Function._register_hook)
+        torch.Tensor.register_hook = _recording_tensor_register_hook(torch.Tensor.register_hook)
+        torch.Tensor.retain_grad = _recording_retain_grad(torch.Tensor.retain_grad)
+        FunctionCtx = torch.autograd.function.FunctionCtx
+        FunctionCtx.set_materialize_grads = _recording_set_materialize_grads(FunctionCtx.set_materialize_grads)
+        torch.autograd.Function.apply = _recording_function_apply(_apply_impl())
+    _record_existing()
+
+
+def _is_hook_dict(obj) -> bool:
+    return (type(obj) is OrderedDict and len(obj) > 0 and all(type(k) is int for k in obj)
+            and all(callable(v) for v in obj.values()))
+
+
+def _record_existing() -> None:
+    """What was registered before `install()`, found among live objects (one pass of the
+    garbage collector's list): hooks and retain_grad of live non-leaf tensors are recorded as
+    if registered now; a custom Function node made before is marked (its arguments and
+    outputs were not recorded: its backwards run eagerly); hook dicts that only C++ holds go to
+    `_unresolved`."""
+    candidates: list = []
+    tensor_dicts: set = set()
+    backward_function = torch.autograd.function.BackwardCFunction
+    for obj in gc.get_objects():
+        kind = type(obj)  # (not isinstance: it reads `__class__`, which some module objects warn about)
+        if issubclass(kind, torch.Tensor):
+            hooks = obj._backward_hooks
+            if hooks:
+                tensor_dicts.add(id(hooks))
+                if obj.grad_fn is not None:
+                    _mark_tensor_hooks(obj, hooks)
+            if obj.grad_fn is not None and obj.retains_grad:
+                _retaining[id(obj)] = obj
+            if obj._post_accumulate_grad_hooks is not None:
+                tensor_dicts.add(id(obj._post_accumulate_grad_hooks))
+        elif issubclass(kind, backward_function):
+            obj._aotgrad_unrecorded = True
+        elif _is_hook_dict(obj):
+            candidates.append(obj)
+    candidates = [d for d in candidates if id(d) not in tensor_dicts]
+    if not candidates:
         return
-    _installed = True
-    torch.autograd.Function._register_hook = _recording_register_hook_dict(torch.autograd.Function._register_hook)
-    torch.Tensor.register_hook = _recording_tensor_register_hook(torch.Tensor.register_hook)
-    torch.Tensor.retain_grad = _recording_retain_grad(torch.Tensor.retain_grad)
-    FunctionCtx = torch.autograd.function.FunctionCtx
-    FunctionCtx.set_materialize_grads = _recording_set_materialize_grads(FunctionCtx.set_materialize_grads)
-    torch.autograd.Function.apply = _recording_function_apply(torch.autograd.Function.apply.__func__)
+    held_by_python = _held_by_python(candidates)
+    for hooks in candidates:
+        if id(hooks) not in held_by_python:
+            ref = weakref.ref(hooks)
+            _unresolved.append(ref)
+            _node_hook_dicts.append(ref)  # probing finds the node hook dicts among them
+    if _unresolved:
+        log.info("compiled autograd: %d hook dicts registered before the first enable() are held by autograd "
+                 "nodes only; backwards run on PyTorch's engine until each is found on a node or freed",
+                 len(_unresolved))
+
+
+def _held_by_python(candidates: list) -> set:
+    """Ids of the dicts some Python object refers to (modules' and optimizers' hook dicts, a
+    live tensor's): the others are held by C++ autograd hooks only."""
+    ignore = {id(candidates), id(sys._getframe()), id(sys._getframe(1))}
+    wanted = {id(d) for d in candidates}
+    held: set = set()
+    for referrer in gc.get_referrers(*candidates):
+        if id(referrer) in ignore:
+            continue
+        held.update(id(r) for r in gc.get_referents(referrer) if id(r) in wanted)
+    return held
+
+
+def unresolved() -> bool:
+    """Are hooks registered before `install()` alive that no node was found to hold? (Then a
+    backward may reach a tensor hook aotgrad cannot see: PyTorch's engine runs it.)"""
+    if not _unresolved:
+        return False
+    with _lock:
+        _unresolved[:] = [ref for ref in _unresolved if ref()]
+    return bool(_unresolved)
+
+
+def _resolve(hooks) -> None:
+    """A dict probing found on a node: a node hook dict, not a lost tensor's."""
+    if _unresolved:
+        with _lock:
+            _unresolved[:] = [ref for ref in _unresolved if ref() is not None and ref() is not hooks]
 
 
 def node_hooks_may_exist() -> bool:
@@ -168,6 +270,7 @@ def _node_dict(register) -> OrderedDict | None:
     handle = register(_noop)
     hooks = handle.hooks_dict_ref()
     handle.remove()
+    _resolve(hooks)
     return hooks or None
 
 
@@ -217,7 +320,7 @@ def retaining_by_node() -> dict:
     found: dict = {}
     if not _retaining:
         return found
-    for t in list(_retaining):
+    for t in list(_retaining.values()):
         if t.retains_grad and t.grad_fn is not None:
             found.setdefault(t.grad_fn, []).append((t.output_nr, t))
     return found

@@ -77,6 +77,19 @@ def _packed_by_user(raw, packed) -> None:
                             "graph task")
 
 
+def packed_by_user(node, attrs: tuple) -> bool:
+    """Did the user's saved_tensors_hooks pack some tensor a built-in node saved under `attrs`?
+    Its own code must then unpack it, through the user's hook, each time it runs: traced on
+    fake tensors it would read the real tensor of the capturing call as a constant."""
+    for attr, _ in attrs:
+        raw = getattr(node, attr)
+        for r in (raw if type(raw) is list or type(raw) is tuple else (raw,)):
+            if r is not None and r.unpack_hook is not None and not isinstance(r.data, Slot):
+                _packed_by_user(r, r.data)
+                return True
+    return False
+
+
 def take(raw, node, name: str, index: int | None = None) -> Slot | None:
     """The slot of one SavedTensor (registering aotgrad's pack/unpack pair the first time).
     It is first read through its node (`node.<name>`, item `index` of a list), which runs
