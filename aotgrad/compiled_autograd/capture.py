@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd.hooks import tensor_positions
-from aotgrad.compiled_autograd.collect import ACCUMULATE, AOTGRAD, CUSTOM, TRACED, Collected, StepPlan
+from aotgrad.compiled_autograd.collect import ACCUMULATE, AOTGRAD, CUSTOM, TRACED, UNDEFINED, Collected, StepPlan
 from aotgrad.compiled_autograd.dynamic import FORMULAS, Symbols
 from aotgrad.compiled_autograd.saved import EagerFallback
 from aotgrad.compiled_autograd.walk import Walk
@@ -205,6 +205,8 @@ def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, 
         return []
     if plan.kind is AOTGRAD:
         return _aotgrad_backward(builder, node, grads, fakes)
+    if plan.kind is UNDEFINED:
+        return [None] * len(node.next_functions)
     out = _output_fakes(builder, walk, plans, step)
     if plan.kind is CUSTOM:
         positions = tensor_positions(node) or tuple(range(len(node.next_functions)))

@@ -27,6 +27,7 @@ TRACED = "traced"           # a built-in C++ node: its aten ops go into the grap
 CUSTOM = "custom"           # a Python autograd.Function: its backward is called from the graph
 AOTGRAD = "aotgrad"         # aotgrad's own compiled function: its backward graph goes into the graph
 OPAQUE = "opaque"           # any other node (CopySlices, C++ custom Functions): called as is
+UNDEFINED = "undefined"     # UndefinedGradBackward: every result is an undefined gradient (None)
 
 _kinds: dict[type, str] = {}
 
@@ -59,6 +60,8 @@ def kind_of(node) -> str:
             return AOTGRAD if node._forward_cls is CompiledFunction and node.plan.backward_inlinable else CUSTOM
         elif name == "torch::autograd::AccumulateGrad":
             kind = ACCUMULATE
+        elif name == "torch::autograd::UndefinedGradBackward":  # (gradcheck's undefined-gradient checks)
+            kind = UNDEFINED
         elif "::" in name or name in RUN_AS_IS:
             kind = OPAQUE
         else:
@@ -147,6 +150,9 @@ def input_metadata(node, index: int, sizes: SizeValues, starts: list | None) -> 
     into `sizes` (and where each starts into `starts`)."""
     metadata = []
     for m in node._input_metadata:
+        if m.is_nested_tensor:
+            raise EagerFallback(f"{node.name()} takes the gradient of a nested tensor: captured graphs take dense "
+                                "strided tensors only")
         start = sizes.add(m.shape, index)
         if starts is not None:
             starts.append(start)
@@ -207,6 +213,17 @@ def step_hooks(node, leaf, probe: bool, retaining: dict):
     return hook_lookup.NO_HOOKS
 
 
+def plain_strided(t: torch.Tensor) -> bool:
+    """A dense strided tensor, the only kind a captured graph takes: sparse (COO, CSR, ...),
+    MKLDNN and nested tensors have no strides for the graph to be traced with."""
+    return t.layout is torch.strided and not t.is_nested
+
+
+def not_plain_strided(what: str, t: torch.Tensor) -> EagerFallback:
+    kind = "a nested" if t.is_nested else f"a {t.layout}"
+    return EagerFallback(f"{what} is {kind} tensor: captured graphs take dense strided tensors only")
+
+
 def custom_arguments_known(node) -> None:
     """Which results of a custom Function go to which input must be known."""
     if getattr(node, "_aotgrad_unrecorded", False):
@@ -256,6 +273,8 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
     input_dims: list = []
     roots = []
     for g in root_grads:
+        if not plain_strided(g):
+            raise not_plain_strided("a root gradient", g)
         meta, start = sizes.tensor(g, 0)
         roots.append(meta)
         input_dims.append(start)
@@ -267,6 +286,8 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
         if kind is TRACED and step.runs and packed_by_user(node, layout_of(type(node)).tensors):
             kind = OPAQUE  # run as is: it unpacks through the user's saved_tensors_hooks, as in eager
         leaf = node.variable if kind is ACCUMULATE else None
+        if leaf is not None and not plain_strided(leaf):
+            raise not_plain_strided(f"the leaf of {node.name()} (NodeCall {index})", leaf)
         node_hooks = step_hooks(node, leaf, probe, retaining)
         plan = StepPlan(kind, node_hooks, len(inputs), len(objects), node, index)
         values: tuple = ()
@@ -284,11 +305,13 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
                 objects.append(node)
             elif kind is ACCUMULATE:
                 objects.append(leaf)
-            else:
+            elif kind is not UNDEFINED:
                 objects.append(node)
                 keeps_state.append(node)  # run as is: its saved state stays in it
         for slot in plan.saved:
             if slot is not None:
+                if not plain_strided(slot.value):
+                    raise not_plain_strided(f"a tensor {node.name()} (NodeCall {index}) saved", slot.value)
                 slots.append(slot)
                 inputs.append(slot.value)
                 if not slot.owned and (not keeps_state or keeps_state[-1] is not node):

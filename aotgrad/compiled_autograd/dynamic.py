@@ -31,6 +31,8 @@ _OTHER: dict[tuple, tuple] = {}  # (shape, strides, offset) -> layout, for the r
 def layout(t: torch.Tensor) -> tuple:
     """What a graph assumes about a tensor's memory besides its sizes: dense tensors by the
     order of their dims (strides follow from the sizes), others by their exact strides."""
+    if t.layout is not torch.strided or t.is_nested:  # (no strides: collect refuses these, a match fails)
+        return ("not strided", t.layout, t.is_nested)
     if t.dim() == 0:
         return ("scalar",)
     if t.is_contiguous() and t.storage_offset() == 0 and 1 not in t.shape:  # the common case, fast

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import operator
 import threading
+
+from torch import strided
 from collections import OrderedDict
 from typing import Callable
 
 from aotgrad.compiled_autograd.collect import (
-    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, HEADER, TRACED, Collected, autocast_state, custom_arguments_known, kind_of,
+    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, HEADER, TRACED, UNDEFINED, Collected, autocast_state, custom_arguments_known, kind_of,
     node_class, step_hooks, traced_values, value_reader)
 from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd import hooks as hook_lookup
@@ -308,8 +310,10 @@ def match(template: Template, root_edges: list, input_edges: list, root_grads: l
                         return None
                     objects.append(node)
                 elif kind is ACCUMULATE:
+                    if leaf.layout is not strided:
+                        return None
                     objects.append(leaf)
-                else:
+                elif kind is not UNDEFINED:
                     objects.append(node)
                     keeps_state.append(node)
             if node_hooks is not NO_HOOKS:

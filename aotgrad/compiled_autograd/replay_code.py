@@ -33,7 +33,7 @@ import torch
 from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.collect import (
-    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, TRACED, autocast_state, custom_arguments_known, kind_of, node_class,
+    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, TRACED, UNDEFINED, autocast_state, custom_arguments_known, kind_of, node_class,
     step_hooks, traced_values)
 from aotgrad.compiled_autograd.dynamic import SizeValues, contiguous_layout, layout
 from aotgrad.compiled_autograd.saved import EagerFallback
@@ -71,10 +71,12 @@ def _saved_check(w: _Writer, name: str, meta, indent: int = 2) -> str:
     on_device = f"not {name}.is_cpu" if device.type == "cpu" else f"{name}.device != {w.const(device)}"
     check = f"len({shape}) != {dim} or {name}.dtype is not {w.const(dtype)} or {on_device}"
     if dim and memory == contiguous_layout(dim):  # (layout's own fast test, written out)
-        check += f" or (not ({name}.is_contiguous() and {name}.storage_offset() == 0 and 1 not in {shape}) " \
-                 f"and layout({name}) != {w.const(memory)})"
+        check += f" or (({name}.layout is not strided or not ({name}.is_contiguous() and " \
+                 f"{name}.storage_offset() == 0 and 1 not in {shape})) and layout({name}) != {w.const(memory)})"
     elif dim:
         check += f" or layout({name}) != {w.const(memory)}"
+    else:  # (a 0-dim sparse tensor: layout tells it, read only for other ranks)
+        check += f" or {name}.layout is not strided"
     w(f"if {check}: return None", indent)
     return shape
 
@@ -220,8 +222,9 @@ def generate(template) -> Callable | None:
                 saved = _ctx_step(w, record)
                 w("objects.append(n)")
             elif kind is ACCUMULATE:
+                w("if leaf.layout is not strided: return None")
                 w("objects.append(leaf)")
-            else:
+            elif kind is not UNDEFINED:
                 w("objects.append(n); keeps.append(n)")
         elif record.saved:
             return None
@@ -264,7 +267,7 @@ def _compile(w: _Writer) -> Callable:
 
     source = "def matcher(root_edges, input_edges, root_grads, accumulate_grad):\n" + "\n".join(w.lines) + "\n"
     filename = f"<aotgrad replay matcher {hash(source) & 0xFFFFFFFFFFFF:x}>"
-    namespace = dict(w.constants, layout=layout, kind_of=kind_of, node_class=node_class, step_hooks=step_hooks,
+    namespace = dict(w.constants, strided=torch.strided, layout=layout, kind_of=kind_of, node_class=node_class, step_hooks=step_hooks,
                      traced_values=traced_values, custom_arguments_known=custom_arguments_known,
                      autocast_state=autocast_state, any_autocast_enabled=torch._C._is_any_autocast_enabled,
                      NO_HOOKS=hook_lookup.NO_HOOKS, node_hooks_may_exist=hook_lookup.node_hooks_may_exist,

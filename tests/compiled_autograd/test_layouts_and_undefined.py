@@ -1,0 +1,88 @@
+"""Tensors a captured graph cannot take (sparse COO/CSR, MKLDNN, nested) send the backward to
+PyTorch's engine, and undefined gradients flow as eager's do (collect.py `plain_strided`,
+capture.py UNDEFINED): results equal to eager, never an error eager does not raise."""
+import pytest
+import torch
+
+import aotgrad
+from aotgrad import compiled_autograd
+from tests.compiled_autograd.helpers import check
+
+
+def _eager_and_compiled(fn):
+    torch.manual_seed(0)
+    expected = fn()
+    compiled_autograd.reset()
+    torch.manual_seed(0)
+    with compiled_autograd.enable(lambda gm: gm):
+        actual = fn()
+        torch.manual_seed(0)
+        again = fn()
+    return expected, actual, again
+
+
+def _dense(values):
+    return [v.to_dense() if isinstance(v, torch.Tensor) and v.layout is not torch.strided else v for v in values]
+
+
+@pytest.mark.parametrize("make", ["coo", "csr_root", "sparse_leaf", "embedding", "to_sparse", "mkldnn", "nested"])
+def test_non_strided_tensors_run_as_eager(make):
+    def fn():
+        x = torch.randn(3, 4, requires_grad=True)
+        if make == "coo":
+            (g,) = torch.autograd.grad(x * 2, x, torch.ones(3, 4).to_sparse())
+            return [g.layout, g.to_dense()]
+        if make == "csr_root":  # eager refuses a CSR gradient for a dense output; so does aotgrad's run
+            try:
+                torch.autograd.grad(x * 2, x, torch.ones(3, 4).to_sparse_csr())
+            except RuntimeError as e:
+                return [str(e).split(" - ")[0]]
+            return ["no error"]
+        if make == "sparse_leaf":
+            s = torch.randn(3, 4).to_sparse().requires_grad_()
+            (s * 3).to_dense().sum().backward()
+            return [s.grad.layout, s.grad.to_dense()]
+        if make == "embedding":
+            w = torch.randn(5, 4, requires_grad=True)
+            torch.nn.functional.embedding(torch.tensor([0, 2, 2]), w, sparse=True).sum().backward()
+            return [w.grad.layout, w.grad.to_dense()]
+        if make == "to_sparse":
+            (x.to_sparse() * 2).to_dense().sin().sum().backward()
+            return [x.grad]
+        if make == "mkldnn":
+            if not torch.backends.mkldnn.is_available():
+                pytest.skip("this torch is built without MKL-DNN")
+            m = torch.randn(3, 4, dtype=torch.float32).to_mkldnn().requires_grad_()
+            (m.to_dense() * 2).sum().backward()
+            return [m.grad.to_dense()]
+        nt = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], requires_grad=True)
+        (nt * 2).sin().to_padded_tensor(0.0).sum().backward()
+        return [t for t in nt.grad.unbind()]
+
+    expected, actual, again = _eager_and_compiled(fn)
+    for got in (actual, again):
+        assert len(got) == len(expected)
+        for e, a in zip(_dense(expected), _dense(got)):
+            assert torch.equal(e, a) if isinstance(e, torch.Tensor) else e == a, (e, a)
+
+
+def test_gradcheck_undefined_gradient_checks_pass():
+    """gradcheck's check_undefined_grad feeds UndefinedGradBackward's undefined results in."""
+    x = torch.randn(3, dtype=torch.double, requires_grad=True)
+    compiled_autograd.reset()
+    with compiled_autograd.enable(lambda gm: gm):
+        assert torch.autograd.gradcheck(lambda x: (x.sin() * 2, x.exp()), (x,), check_undefined_grad=True)
+    counts = aotgrad.counters["compiled_autograd"]
+    assert counts["captures"] >= 2 and counts["eager_fallbacks"] == 0, dict(counts)
+
+
+def test_undefined_gradient_leaves_grad_none():
+    """An undefined gradient reaching AccumulateGrad leaves `.grad` None, as in eager."""
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        w = torch.randn(3, requires_grad=True)
+        a, b = x * 2, w.exp()
+        undefined = torch._C._functions.UndefinedGrad()(b)
+        torch.autograd.backward([a.sum(), undefined.sum()])
+        return [x.grad, w.grad]
+    assert check(fn)[1] is None
