@@ -51,6 +51,16 @@ def autocast_state() -> tuple | None:
 RUN_AS_IS = {"ProdBackward0", "ProdBackward1", "CumprodBackward0"}
 
 
+# Nodes run as is that keep no state for the backward: a backward through them again is fine
+# (a DelayedError shared by several graphs raises its error every time, as in eager).
+STATELESS = {"torch::autograd::DelayedError", "torch::autograd::Error"}
+
+
+def holds_state(node) -> bool:
+    """Does a node run as is keep saved state a backward frees (so a second one must fail)?"""
+    return node.name() not in STATELESS
+
+
 def kind_of(node) -> str:
     node_type = type(node)
     kind = _kinds.get(node_type)
@@ -307,7 +317,8 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool) -> Collected:
                 objects.append(leaf)
             elif kind is not UNDEFINED:
                 objects.append(node)
-                keeps_state.append(node)  # run as is: its saved state stays in it
+                if holds_state(node):
+                    keeps_state.append(node)  # run as is: its saved state stays in it
         for slot in plan.saved:
             if slot is not None:
                 if not plain_strided(slot.value):

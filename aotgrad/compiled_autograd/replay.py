@@ -27,8 +27,8 @@ from collections import OrderedDict
 from typing import Callable
 
 from aotgrad.compiled_autograd.collect import (
-    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, HEADER, TRACED, UNDEFINED, Collected, autocast_state, custom_arguments_known, kind_of,
-    node_class, step_hooks, traced_values, value_reader)
+    ACCUMULATE, AOTGRAD, AUTOCAST, CUSTOM, HEADER, TRACED, UNDEFINED, Collected, autocast_state,
+    custom_arguments_known, holds_state, kind_of, node_class, step_hooks, traced_values, value_reader)
 from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.hooks import NO_HOOKS
@@ -43,7 +43,7 @@ _KEEP = 8              # templates kept per compiler, most recently used first
 class _StepRecord:
     """One step of a template: how to find its node, what it must be, and its key entry."""
     __slots__ = ("type", "kind", "children", "runs", "node_class", "hooks", "values", "saved", "metadata",
-                 "layout", "forward_cls", "read_values", "symbolic", "plain_values", "raw_lists")
+                 "layout", "forward_cls", "read_values", "symbolic", "plain_values", "raw_lists", "holds_state")
 
     def __init__(self, node, kind: str, children: tuple, runs: bool, key: tuple):
         self.type = type(node)
@@ -52,6 +52,7 @@ class _StepRecord:
         self.runs = runs
         self.node_class, _, _, _, self.hooks, self.values, self.saved, self.metadata = key
         self.forward_cls = hasattr(node, "_forward_cls")  # kind and class depend on more than the type
+        self.holds_state = holds_state(node)
         self.layout = self.read_values = self.plain_values = None
         self.symbolic: tuple = ()
         self.raw_lists: tuple = ()  # per saved tensor attribute: does it hold a list?
@@ -315,7 +316,8 @@ def match(template: Template, root_edges: list, input_edges: list, root_grads: l
                     objects.append(leaf)
                 elif kind is not UNDEFINED:
                     objects.append(node)
-                    keeps_state.append(node)
+                    if record.holds_state:
+                        keeps_state.append(node)
             if node_hooks is not NO_HOOKS:
                 objects.extend(node_hooks.callables())
             if node_hooks.shape() != record.hooks or len(saved) != len(record.saved):

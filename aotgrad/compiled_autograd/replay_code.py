@@ -225,7 +225,7 @@ def generate(template) -> Callable | None:
                 w("if leaf.layout is not strided: return None")
                 w("objects.append(leaf)")
             elif kind is not UNDEFINED:
-                w("objects.append(n); keeps.append(n)")
+                w("objects.append(n); keeps.append(n)" if record.holds_state else "objects.append(n)")
         elif record.saved:
             return None
         if record.hooks == hook_lookup.NO_HOOKS.shape():  # (NO_HOOKS has it: asked only of other hooks)

@@ -86,3 +86,22 @@ def test_undefined_gradient_leaves_grad_none():
         torch.autograd.backward([a.sum(), undefined.sum()])
         return [x.grad, w.grad]
     assert check(fn)[1] is None
+
+
+def test_error_raised_by_a_node_shared_by_several_graphs_is_raised_each_time():
+    """A DelayedError node (gradcheck's and PyTorch's tests' way to fail a backward) shared by
+    several graphs keeps no state: every backward through it raises its own error, not
+    "backward through the graph a second time"."""
+    x = torch.rand(2, requires_grad=True)
+    y = torch.rand(2, requires_grad=True)
+    y_safe = torch._C._functions.DelayedError("Boom!", 1)(y)
+    compiled_autograd.reset()
+    with compiled_autograd.enable(lambda gm: gm):
+        for _ in range(3):
+            out = x.clone().view(-1)
+            out += y_safe
+            with pytest.raises(RuntimeError, match="Boom!"):
+                out.sum().backward()
+        out = x.clone().view(-1) + y_safe
+        (gx,) = torch.autograd.grad(out.sum(), x)
+    assert torch.equal(gx, torch.ones(2))
