@@ -43,6 +43,10 @@ call or steps, so no checks against eager either).
     python benchmarks/compile_and_step.py --models mlp,gpt,cnn --iters 100 --markdown
     python benchmarks/compile_and_step.py --only-compile --models mlp,gpt,gpt6,gpt12,cnn --compile-repeats 5 --markdown
     python benchmarks/compile_and_step.py --dynamic --models mlp,gpt,cnn --iters 50 --rounds 10 --threads 1 --markdown
+    python benchmarks/compile_and_step.py --device cuda --models mlp,gpt,cnn --iters 100 --markdown
+
+--device cuda: models and inputs on the GPU (the inputs made on the CPU, then moved); the first
+call and each step call torch.cuda.synchronize() before reading the clock, at start and end.
 """
 from __future__ import annotations
 
@@ -366,6 +370,11 @@ def _eager_steps(model: nn.Module, inputs_by_size: list) -> list[tuple[torch.Ten
     return steps
 
 
+def _synchronizer(inputs_by_size: list) -> Callable[[], None]:
+    """torch.cuda.synchronize where the inputs are on cuda, else nothing to wait for."""
+    return torch.cuda.synchronize if inputs_by_size[0][0].is_cuda else (lambda: None)
+
+
 def time_first_calls(model: nn.Module, inputs_by_size: list, results: dict[str, Result],
                      dynamic: bool | None = None) -> None:
     """Seconds of the first forward + loss + backward after a dynamo reset, cold Inductor caches,
@@ -375,6 +384,7 @@ def time_first_calls(model: nn.Module, inputs_by_size: list, results: dict[str, 
     from torch._inductor.utils import fresh_cache
 
     expected = _eager_steps(model, inputs_by_size)
+    sync = _synchronizer(inputs_by_size)
     for config, result in results.items():
         twin, inputs_of_twin = copy.deepcopy(model), _copies(inputs_by_size)
         params = list(twin.parameters())
@@ -384,8 +394,10 @@ def time_first_calls(model: nn.Module, inputs_by_size: list, results: dict[str, 
             with fresh_cache():
                 fn = compiled(twin, config, dynamic)
                 for inputs, (expected_loss, expected_state) in zip(inputs_of_twin, expected):
+                    sync()
                     start = time.perf_counter()
                     loss = train_step(fn, inputs, params)
+                    sync()
                     if result.first_call_s is None:
                         result.first_call_s = time.perf_counter() - start
                     result.loss_matches &= torch.allclose(loss.detach(), expected_loss, rtol=1e-4, atol=1e-5)
@@ -425,6 +437,7 @@ def time_steps(model: nn.Module, inputs_by_size: list, results: dict[str, Result
     changes the shapes, as in training on batches of varying size. Recompiles are counted
     in time_first_calls; here the warmup may recompile, the timed steps may not."""
     torch._dynamo.reset()
+    sync = _synchronizer(inputs_by_size)
     per_round = max(1, iters // rounds)
     # every twin's graphs go to the cache of one code object (forward), where past dynamo's
     # limit of 8 entries it would silently run eager: each configuration gets 8, and an error
@@ -435,8 +448,10 @@ def time_steps(model: nn.Module, inputs_by_size: list, results: dict[str, Result
                 for config, (fn, params, inputs_of_twin) in _rotated(list(runs.items()), r):
                     for _ in range(per_round):
                         for seconds, inputs in zip(results[config].step_s, inputs_of_twin):
+                            sync()
                             start = time.perf_counter()
                             train_step(fn, inputs, params)
+                            sync()
                             seconds.append(time.perf_counter() - start)
 
 
@@ -456,11 +471,13 @@ class Benchmark:
 
 def benchmark_model(name: str, configs: list[str], args, only_compile: bool = False) -> Benchmark:
     dynamic = True if args.dynamic else None
+    device = torch.device(getattr(args, "device", "cpu"))
     model, _, description = make_model(name)
+    model.to(device)
     sizes = DYNAMIC_SIZES[family(name)] if dynamic else (SIZES[family(name)],)
     if dynamic:
         description = f"{MODELS[name][1]}, dynamic=True"
-    inputs_by_size = [make_inputs(name, size) for size in sizes]
+    inputs_by_size = [tuple(t.to(device) for t in make_inputs(name, size)) for size in sizes]
     benchmark = Benchmark(name, description, sizes, {config: Result() for config in configs},
                           only_compile=only_compile)
     results = benchmark.results
@@ -620,6 +637,7 @@ def main() -> None:
     parser.add_argument("--compile-repeats", type=int, default=5, help="timed ahead-of-time compiles")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where models and inputs live")
     parser.add_argument("--dynamic", action="store_true",
                         help="torch.compile(dynamic=True): one graph for 5 sizes per model, timed at each")
     parser.add_argument("--fresh-fake-mode", action="store_true",
@@ -637,7 +655,11 @@ def main() -> None:
         configs = [c for c in configs if c in AOT_CONFIGS]
         if not configs:
             parser.error(f"--only-compile times {' and '.join(AOT_CONFIGS)}; --configs has neither")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device cuda: torch.cuda.is_available() is False (CUDA build {torch.version.cuda})")
     machine = platform.processor() or platform.machine()
+    if args.device == "cuda":
+        machine += f", cuda: {torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
     print(f"torch {torch.__version__}, aotgrad {aotgrad.__version__} ({_commit()}), {machine}, "
           f"{torch.get_num_threads()} threads, {datetime.date.today()}, load average {_load()}")
     benchmarks = []

@@ -1,4 +1,7 @@
-"""DDP training steps on 2 ranks (gloo, this machine): eager, PyTorch's splitter, aotgrad whole, aotgrad split.
+"""DDP training steps on --ranks ranks (gloo, this machine): eager, PyTorch's splitter, aotgrad whole, aotgrad split.
+
+Each rank is a process (spawned) with 1 intra-op thread; --ranks N (default 2) of them, so the
+machine needs N cores for the ranks not to share them.
 
 Configurations, each its own DDP module over a copy of one model (same seed):
   eager             DistributedDataParallel, no compile
@@ -10,7 +13,7 @@ Each is compiled and warmed up first (DDP's buckets form after the first step); 
 configurations take turns for --rounds rounds of --steps steps (forward, backward, SGD
 step), and the median step time is reported with its ratio to eager.
 
-Network: on this machine the all-reduce is gloo over loopback, which uses the same two cores
+Network: on this machine the all-reduce is gloo over loopback, which uses the same cores
 as the backward, so hiding it behind compute cannot save time. `--link-gbps G` adds, after
 each bucket's real all-reduce, the time its bytes take on a G Gbit/s link as wire time that
 uses no CPU (a timer completes the bucket's future; the link carries one bucket at a time),
@@ -24,6 +27,7 @@ share of communication that ran while the backward was still computing (accumula
 `.grad` does not count). Reported as the median over the timed steps.
 
     python benchmarks/ddp.py --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 20 --rounds 3
+    python benchmarks/ddp.py --ranks 4 --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 20 --rounds 3
     python benchmarks/ddp.py ... --link-gbps 2
 """
 from __future__ import annotations
@@ -181,7 +185,8 @@ class Config:
 
 def worker(rank: int, world: int, port: int, args) -> None:
     torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=60))
+    # generous: with more ranks than free cores, spawning (importing torch) can be slow
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=300))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=300))
     import aotgrad  # noqa: F401 - registers the backends, leaves DDP splitting to aotgrad
     torch.manual_seed(0)
@@ -201,7 +206,7 @@ def worker(rank: int, world: int, port: int, args) -> None:
         eager = statistics.median(configs[0].times)
         splits = aotgrad.distributed.ddp.history
         pieces = len(splits[-1].buckets) if splits else 1  # (only aotgrad_split's compile records one)
-        print(f"torch {torch.__version__}, 2 ranks (gloo, 127.0.0.1), 1 thread each; {args.layers} x "
+        print(f"torch {torch.__version__}, {world} ranks (gloo, 127.0.0.1), 1 thread each; {args.layers} x "
               f"Linear({args.width}, {args.width}), batch {args.batch} per rank, bucket_cap_mb={args.bucket_mb} "
               f"(aotgrad split: {pieces} pieces); median of {args.rounds * args.steps} steps; "
               + (f"simulated {args.link_gbps} Gbit/s link after each all-reduce\n" if args.link_gbps else
@@ -222,6 +227,7 @@ def worker(rank: int, world: int, port: int, args) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=2, help="processes, 1 thread each (default 2)")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=64)
@@ -232,9 +238,13 @@ def main(argv=None) -> None:
                         help="add each bucket's wire time on a link this fast, using no CPU (module docstring)")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args(argv)
-    world = 2
+    if args.ranks < 1:
+        parser.error("--ranks must be at least 1")
+    world = args.ranks
+    if world > (os.cpu_count() or 1):
+        print(f"benchmarks/ddp.py: {world} ranks on {os.cpu_count()} cores: ranks share cores", file=sys.stderr)
     server = dist.TCPStore("127.0.0.1", 0, world + 1, is_master=True, wait_for_workers=False,
-                           timeout=timedelta(seconds=60))
+                           timeout=timedelta(seconds=300))
     context = torch.multiprocessing.start_processes(worker, args=(world, server.port, args), nprocs=world,
                                                     join=False, start_method="spawn")
     deadline = time.time() + args.timeout
