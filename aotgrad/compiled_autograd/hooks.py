@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.function import _is_setup_context_defined
 
+from aotgrad import compat
+
 _lock = threading.Lock()
 _node_hook_dicts: list = []   # weakrefs to every node hook dict ever made (pruned as they die)
 _retaining: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()
@@ -147,7 +149,7 @@ def install() -> None:
     torch.Tensor.retain_grad = _recording_retain_grad(torch.Tensor.retain_grad)
     FunctionCtx = torch.autograd.function.FunctionCtx
     FunctionCtx.set_materialize_grads = _recording_set_materialize_grads(FunctionCtx.set_materialize_grads)
-    torch.autograd.Function.apply = _recording_function_apply(torch.autograd.Function.apply.__func__)
+    torch.autograd.Function.apply = _recording_function_apply(compat.function_apply_impl())
 
 
 def node_hooks_may_exist() -> bool:
