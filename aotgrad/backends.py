@@ -111,12 +111,38 @@ def _hint(n) -> int | None:
 def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool) -> Callable:
     from torch._inductor.compile_fx import compile_fx_inner
 
+    _use_inductor_random(gm, example_inputs)
     compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward)
 
     def run(args: list):  # Inductor's compiled graphs take one list, which they clear
         return compiled(args)
     run._boxed_call = True
     return run
+
+
+def _use_inductor_random(gm: fx.GraphModule, example_inputs: list) -> None:
+    """Rewrite `aten.rand`/`randn`/`randint` (dropout decomposes to `rand`) into Inductor's own
+    random ops (a seed drawn per call, then `inductor_random`), in place.
+
+    Inductor lowers random numbers only in that form (unless `fallback_random` is set, when it
+    calls eager's ops and the pass does nothing). PyTorch applies the rewrite among the passes
+    on its joint graph before partitioning; aotgrad partitions itself, so each graph gets it
+    here. The partitioners never recompute a random op (partition/cost.py), so the backward
+    reads the mask the forward drew and needs no seed of its own.
+    """
+    from torch._guards import detect_fake_mode
+    from torch._inductor.fx_passes.replace_random import replace_random_passes
+    from torch._inductor.virtualized import V
+
+    vals = [node.meta.get("val") for node in gm.graph.find_nodes(op="placeholder")]
+    fake_mode = detect_fake_mode(list(example_inputs) + vals)
+    assert fake_mode is not None, "aotgrad_inductor: no fake mode among the graph's inputs"
+    with V.set_fake_mode(fake_mode):  # the pass builds its replacements' values in it
+        if replace_random_passes(gm):
+            # regenerate the code: Inductor's graph cache keys on it, and stale code (still
+            # calling aten.rand) would share its key with the graph before the rewrite
+            gm.graph.lint()
+            gm.recompile()
 
 
 class InductorCompilers:

@@ -147,6 +147,30 @@ def test_backward_is_compiled_for_the_saved_layout_the_forward_returns():
     assert channels_last, [(n.name, n.meta["val"].stride()) for n in saved]
 
 
+def test_aotgrad_inductor_dropout_backward_uses_the_forward_mask():
+    # Inductor lowers random ops only after its replace_random rewrite (PyTorch runs it on the
+    # joint graph); without it every dropout under aotgrad_inductor failed to compile. Inductor
+    # draws its own numbers, so the oracle is eager given the mask the compiled forward drew.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    w = torch.rand(256, requires_grad=True)
+    x = torch.rand(8, 256) + 0.1  # sin(x * (w + 0.5)) > 0: a zero output is a dropped one
+
+    def forward(x, w):
+        return F.dropout(torch.sin(x * (w + 0.5)), p=0.5, training=True) * 3
+
+    out = torch.compile(forward, backend="aotgrad_inductor", fullgraph=True)(x, w)
+    out.sum().backward()
+    mask = (out != 0).float()
+    assert 0.3 < mask.mean().item() < 0.7, mask.mean()
+    w_eager = w.detach().clone().requires_grad_()
+    expected = torch.sin(x * (w_eager + 0.5)) * mask * 2.0 * 3
+    expected.sum().backward()
+    torch._dynamo.reset()
+    torch.testing.assert_close(out.detach(), expected.detach())
+    torch.testing.assert_close(w.grad, w_eager.grad)
+
+
 # -- which partitioner each backend uses (issue 5, part 5) --------------------
 
 def test_partitioner_defaults_and_budget_selects_min_cut(monkeypatch):

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.function import _is_setup_context_defined
 
+from aotgrad import compat
+
 _lock = threading.Lock()
 _node_hook_dicts: list = []   # weakrefs to every node hook dict ever made (pruned as they die)
 # non-leaf tensors that retain grad, by id (a WeakSet would compare tensors with `==`)
@@ -102,15 +104,6 @@ def materialize_grads(ctx) -> bool:
     return getattr(ctx, "_aotgrad_materialize_grads", True)
 
 
-def _apply_impl():
-    """`Function.apply` as a function of (cls, *args): a classmethod written in Python up to
-    torch 2.13, a C classmethod descriptor inherited from `_C._FunctionBase` from 2.14 on."""
-    raw = inspect.getattr_static(torch.autograd.Function, "apply")
-    if isinstance(raw, classmethod):
-        return raw.__func__
-    return lambda cls, *args, **kwargs: raw.__get__(None, cls)(*args, **kwargs)
-
-
 def _recording_function_apply(original):
     """What the C++ node of a custom Function keeps to itself, set on the node where it
     matters: `_aotgrad_tensor_positions`, which positional arguments were tensors (when not
@@ -173,7 +166,7 @@ def install() -> None:
         torch.Tensor.retain_grad = _recording_retain_grad(torch.Tensor.retain_grad)
         FunctionCtx = torch.autograd.function.FunctionCtx
         FunctionCtx.set_materialize_grads = _recording_set_materialize_grads(FunctionCtx.set_materialize_grads)
-        torch.autograd.Function.apply = _recording_function_apply(_apply_impl())
+        torch.autograd.Function.apply = _recording_function_apply(compat.function_apply_impl())
     _record_existing()
 
 

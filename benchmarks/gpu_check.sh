@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# aotgrad on a GPU machine, in at most ~8 minutes: the CUDA tests (tests/test_cuda.py, marker
+# `gpu`) and the demo, nothing else (benchmark runs are added below by whoever needs them).
+#
+#   bash benchmarks/gpu_check.sh          # from the repository root; PYTHON=... picks the interpreter
+#
+# Written for the measured machines (torch 2.11 + CUDA, no network, nothing to install): aotgrad
+# is imported from this checkout through PYTHONPATH. Each step's output goes to the terminal and
+# to a file under "$OUT" (out/gpu_check when OUT is unset); summary.txt has one line per step.
+# Exit status: 0 when every step passed.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PYTHON:-python}"
+RESULTS="${OUT:-$PWD/out/gpu_check}"
+mkdir -p "$RESULTS"
+: > "$RESULTS/summary.txt"
+failed=0
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep its output and status
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name: $*"
+    local start=$SECONDS
+    timeout "$limit" "$@" > >(tee "$RESULTS/$name.txt") 2>&1
+    local status=$?
+    wait  # let tee finish writing
+    echo "$name: exit $status after $((SECONDS - start)) s" | tee -a "$RESULTS/summary.txt"
+    [ "$status" -eq 0 ] || failed=1
+}
+
+step environment 60 "$PY" -c "
+import sys, torch, aotgrad
+print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', torch.version.cuda,
+      '| available', torch.cuda.is_available())
+if torch.cuda.is_available():
+    print('device', torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
+print('aotgrad from', aotgrad.__file__)"
+# -rs prints the reason of any skip (on a machine without a usable GPU every test skips).
+step test_cuda 360 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_cuda.py
+step demo 120 "$PY" -m aotgrad demo
+
+echo "results in $RESULTS"
+exit $failed
