@@ -23,3 +23,12 @@ def function_apply_impl() -> Callable:
     if isinstance(apply, classmethod):
         return apply.__func__
     return apply
+
+
+def split_module_tuple_return() -> dict:
+    """Keyword arguments that make `torch.fx.passes.split_module` return a tuple from every
+    piece. `tuple_return=` is new in torch 2.12; on 2.11 a one-output piece returns its value
+    bare, and the parent graph uses it bare, which is as consistent (no option is passed)."""
+    import inspect
+    from torch.fx.passes.split_module import split_module
+    return {"tuple_return": True} if "tuple_return" in inspect.signature(split_module).parameters else {}

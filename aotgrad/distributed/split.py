@@ -17,6 +17,7 @@ import torch.fx as fx
 from torch._guards import TracingContext, detect_fake_mode
 from torch.fx.passes.split_module import split_module
 
+from aotgrad import compat
 from aotgrad.errors import UnsupportedError
 from aotgrad.runtime.boxed import is_boxed
 from aotgrad.simplified import symbolic_examples
@@ -41,7 +42,8 @@ class CompiledPiece(torch.nn.Module):
 def split(gm: fx.GraphModule, partition: dict) -> fx.GraphModule:
     """`gm` cut into `submod_<k>` pieces by `partition` (node -> bucket index, in forward order)."""
     try:
-        return split_module(gm, None, lambda node: partition[node], keep_original_order=True, tuple_return=True)
+        return split_module(gm, None, lambda node: partition[node], keep_original_order=True,
+                            **compat.split_module_tuple_return())
     except AssertionError as e:
         raise UnsupportedError(
             f"DDP graph splitting: torch.fx could not cut this graph at the bucket boundaries ({e}). "
