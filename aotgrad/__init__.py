@@ -41,6 +41,7 @@ from aotgrad import compiled_autograd
 from aotgrad import distributed
 from aotgrad import disk_cache as _disk_cache
 from aotgrad.explain import explain
+from aotgrad.hops import trace_wrapped
 from aotgrad.distributed import ddp as _ddp
 
 __version__ = "0.1.0"
@@ -53,5 +54,5 @@ _ddp.install()  # DDP splitting is aotgrad's (aotgrad.config.optimize_ddp): PyTo
 __all__ = [
     "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified", "compiled_autograd", "config",
     "counters", "distributed", "explain",
-    "default_partition", "min_cut_rematerialization_partition", "nop", "testing",
+    "default_partition", "min_cut_rematerialization_partition", "nop", "testing", "trace_wrapped",
 ]
