@@ -19,11 +19,11 @@ import torch
 import torch.fx as fx
 
 from aotgrad import config
+from aotgrad.counting import counters
 from aotgrad.distributed import DEFAULT_FIRST_BUCKET_BYTES, DDPOptimizer
 
 log = logging.getLogger("aotgrad.distributed")
 
-counters: dict[str, int] = {"graphs_split": 0, "pieces": 0, "pieces_from_pytorch_splitter": 0}
 _PYTORCH_PIECE = "DDPOptimizer intentional graph-break"
 _warned = False
 
@@ -73,7 +73,7 @@ def compile_in_ddp(gm: fx.GraphModule, example_inputs: Sequence[Any], compile_wh
     forward and `config.optimize_ddp` is on; the whole graph otherwise."""
     global _warned
     if split_by_pytorch(gm):
-        counters["pieces_from_pytorch_splitter"] += 1
+        counters["ddp"]["pieces_from_pytorch_splitter"] += 1
         if not _warned:
             _warned = True
             log.warning("PyTorch's DDP graph splitter already cut this graph (torch._dynamo.config.optimize_ddp "
@@ -85,8 +85,8 @@ def compile_in_ddp(gm: fx.GraphModule, example_inputs: Sequence[Any], compile_wh
         return compile_whole(gm, example_inputs, inputs_guarded=True)
     opt = optimizer_for(ddp, compile_whole)
     compiled = opt.compile_fn(gm, example_inputs)
-    counters["graphs_split"] += len(opt.buckets) > 1
-    counters["pieces"] += len(opt.buckets)
+    counters["ddp"]["graphs_split"] += len(opt.buckets) > 1
+    counters["ddp"]["pieces"] += len(opt.buckets)
     log.info("DDP: %d bucket(s), %s", len(opt.buckets), [b.size for b in opt.buckets])
     history.append(opt)
     del history[:-32]
