@@ -42,12 +42,10 @@ from aotgrad import distributed
 from aotgrad.explain import explain
 from aotgrad.hops import trace_wrapped
 from aotgrad.counting import counters  # a defaultdict of Counters, like torch._dynamo.utils.counters
-from aotgrad.distributed import ddp as _ddp
 
 __version__ = "0.1.0"
 
 _register_backends()
-_ddp.install()  # DDP splitting is aotgrad's (aotgrad.config.optimize_ddp): PyTorch's splitter off
 
 __all__ = [
     "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified", "compiled_autograd", "config",

@@ -5,10 +5,13 @@ marked active (`DistributedDataParallel._get_active_ddp_module()`). When
 `aotgrad.config.optimize_ddp` is on, the `aotgrad` and `aotgrad_inductor` backends then
 split with that module's bucket caps, leaving out the parameters it ignores.
 
-PyTorch's own splitter would split first and hand the backend its pieces: importing aotgrad
-turns it off (`torch._dynamo.config.optimize_ddp = False`) while `aotgrad.config.optimize_ddp`
-is on. A piece that PyTorch's splitter made anyway (someone turned it back on) is compiled
-as it is, never split again; `aotgrad.counters["ddp"]` counts both kinds.
+PyTorch's own splitter (`torch._dynamo.config.optimize_ddp`, on by default) splits first,
+before any backend runs, and hands the backend its pieces. aotgrad never sets that flag (it
+is the user's, and other backends read it too), so aotgrad's splitter runs where it is off; a
+piece PyTorch's splitter made is compiled as it is, never split again. Dynamo offers a
+backend no way to turn it off for its own frames only: it decides per frame, before the
+backend is called, and `torch.compile` drops a backend's `backend_ctx_ctor`.
+`aotgrad.counters["ddp"]` counts both kinds.
 """
 from __future__ import annotations
 
@@ -26,12 +29,6 @@ log = logging.getLogger("aotgrad.distributed")
 
 _PYTORCH_PIECE = "DDPOptimizer intentional graph-break"
 _warned = False
-
-
-def install() -> None:
-    """Leave DDP splitting to aotgrad (see the module docstring)."""
-    if config.optimize_ddp:
-        torch._dynamo.config.optimize_ddp = False
 
 
 def active_ddp_module():
@@ -74,11 +71,13 @@ def compile_in_ddp(gm: fx.GraphModule, example_inputs: Sequence[Any], compile_wh
     global _warned
     if split_by_pytorch(gm):
         counters["ddp"]["pieces_from_pytorch_splitter"] += 1
-        if not _warned:
+        if not _warned:  # (PyTorch's default: said once, at INFO)
             _warned = True
-            log.warning("PyTorch's DDP graph splitter already cut this graph (torch._dynamo.config.optimize_ddp "
-                        "is on); aotgrad compiles its pieces as they are and does not split them again. Set "
-                        "torch._dynamo.config.optimize_ddp = False to have aotgrad split instead.")
+            log.info("PyTorch's DDP graph splitter cut this graph at DDP's buckets "
+                     "(torch._dynamo.config.optimize_ddp is on, PyTorch's default); aotgrad compiles each piece "
+                     "as it is and does not split it again. To have aotgrad's splitter cut it instead, set "
+                     "torch._dynamo.config.optimize_ddp = False, or compile and run the model inside "
+                     "torch._dynamo.config.patch(optimize_ddp=False).")
         return compile_whole(gm, example_inputs)
     ddp = active_ddp_module() if config.optimize_ddp else None
     if ddp is None:  # the graph dynamo hands over: dynamo guards its inputs
