@@ -39,19 +39,16 @@ from aotgrad import testing
 from aotgrad.backends import register as _register_backends
 from aotgrad import compiled_autograd
 from aotgrad import distributed
-from aotgrad import disk_cache as _disk_cache
 from aotgrad.explain import explain
-from aotgrad.distributed import ddp as _ddp
+from aotgrad.hops import trace_wrapped
+from aotgrad.counting import counters  # a defaultdict of Counters, like torch._dynamo.utils.counters
 
 __version__ = "0.1.0"
-counters: dict = {"compiled_autograd": compiled_autograd.cache.counters, "ddp": _ddp.counters,
-                  "disk_cache": _disk_cache.counters}
 
 _register_backends()
-_ddp.install()  # DDP splitting is aotgrad's (aotgrad.config.optimize_ddp): PyTorch's splitter off
 
 __all__ = [
     "aot_export_joint", "aot_function", "aot_module", "aot_module_simplified", "compiled_autograd", "config",
     "counters", "distributed", "explain",
-    "default_partition", "min_cut_rematerialization_partition", "nop", "testing",
+    "default_partition", "min_cut_rematerialization_partition", "nop", "testing", "trace_wrapped",
 ]

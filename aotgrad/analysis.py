@@ -138,31 +138,35 @@ def overlaps_itself(t: torch.Tensor) -> bool:
 
 def is_dense_layout(shape: Sequence[int], stride: Sequence[int]) -> bool:
     """Do these strides describe a dense, non-overlapping layout (a permutation of contiguous)?
-    Symbolic sizes: yes only if known for every size the symbols may take (no guards added)."""
+    As eager's `aten.is_non_overlapping_and_dense`: dims of size 0 or 1 are ignored, the others
+    must chain from stride 1, each stride the product of the sizes before it.
+
+        shape (2, 3, 4) stride (1, 8, 2): dims 0, 2, 1 have strides 1, 2, 8 -> dense
+        shape (2, 3)    stride (3, 2):    no dim has stride 1                 -> not dense
+
+    Symbolic sizes: dense only if known for every size the symbols may take (no guards added).
+    Nothing is sorted (Dynamo, which shows SymInts to Python as ints, cannot sort by them):
+    each step looks for the dim whose stride is the product so far."""
     if any(isinstance(v, torch.SymInt) for v in (*shape, *stride)):
-        return _known_dense(shape, stride)
+        known = statically_known_true
+    else:
+        known = bool  # plain ints, or Dynamo tracing this (it guards on what it compares)
+    dims = [d for d in range(len(shape)) if not known(shape[d] < 2)]
     expected = 1
-    for size, st in sorted(zip(shape, stride), key=lambda p: p[1]):
-        if size != 1 and st != expected:
+    while dims:
+        for d in dims:
+            if known(stride[d] == expected):
+                break
+        else:
             return False
-        expected *= size
+        dims.remove(d)
+        expected = expected * shape[d]
     return True
 
 
 def known_equal(a: Sequence, b: Sequence) -> bool:
     """Equal sizes or strides, without adding guards for symbolic ones (unknown: not equal)."""
     return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
-
-
-def _known_dense(shape: Sequence, stride: Sequence) -> bool:
-    hints = [s.node.hint if isinstance(s, torch.SymInt) else s for s in stride]
-    order = sorted(range(len(stride)), key=lambda d: (hints[d] is None, hints[d] or 0, -d))
-    expected = 1
-    for d in order:
-        if not (statically_known_true(shape[d] == 1) or statically_known_true(stride[d] == expected)):
-            return False
-        expected = expected * shape[d]
-    return True
 
 
 def _from_custom_function(t: torch.Tensor) -> bool:

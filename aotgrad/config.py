@@ -15,7 +15,8 @@ partitioner = "default"
 activation_memory_budget = 1.0
 # Absolute bound on the min-cut partitioner's saved bytes (inputs free), or None; read per call.
 activation_memory_budget_bytes = None
-# Split graphs at DDP bucket boundaries under torch.compile (issue 7).
+# Split graphs at DDP bucket boundaries under torch.compile (issue 7), where PyTorch's splitter has
+# not (torch._dynamo.config.optimize_ddp off; aotgrad leaves that flag alone).
 optimize_ddp = True
 # Print compiled-autograd graphs (issue 6).
 compiled_autograd_verbose = False

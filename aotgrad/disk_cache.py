@@ -12,8 +12,8 @@ wrote, rebuilt in the caller's fake mode, or None.
 Graphs are stored before compilation, so the compilers are no part of the key; the payload is
 graph_pickle.py's. A writer writes a temporary file and renames it over the entry, so readers
 never see half an entry, whatever other processes do; an entry that is corrupt, from another
-version or inconsistent is counted (`counters["rejected"]`), logged, deleted and rebuilt by
-the caller, never used. What the cache cannot key or store is compiled as usual (why: debug log).
+version or inconsistent is counted (`aotgrad.counters["disk_cache"]["rejected"]`), logged,
+deleted and rebuilt by the caller, never used. What the cache cannot key or store is compiled as usual (why: debug log).
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
 from aotgrad import config, graph_pickle
+from aotgrad.counting import counters
 from aotgrad.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_data
 
 log = logging.getLogger("aotgrad")
 
-counters: dict[str, int] = {"hits": 0, "misses": 0, "stores": 0, "rejected": 0}
 
 MAGIC = b"AOTGRAD-CACHE\n"
 FORMAT_VERSION = 1
@@ -286,7 +286,7 @@ def store(entry: EntryKey, partitioned, out_spec) -> str:
     except OSError as e:
         log.warning("aotgrad disk cache: cannot write to %s: %s", config.cache_dir, e)
         return f"not stored: {e}"
-    counters["stores"] += 1
+    counters["disk_cache"]["stores"] += 1
     return "stored"
 
 
@@ -316,11 +316,11 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
             stat = os.fstat(f.fileno())
             data = f.read()
     except FileNotFoundError:
-        counters["misses"] += 1
+        counters["disk_cache"]["misses"] += 1
         return None
     except OSError as e:
         log.warning("aotgrad disk cache: cannot read %s: %s", path, e)
-        counters["misses"] += 1
+        counters["disk_cache"]["misses"] += 1
         return None
     try:
         payload = _payload(data, entry)
@@ -328,12 +328,12 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         partitioned, out_spec = loaded["partitioned"], pytree.tree_structure(loaded["outputs"])
         _validate(partitioned, fake_mode)
     except Exception as e:  # corrupt, foreign or inconsistent: never used
-        counters["rejected"] += 1
+        counters["disk_cache"]["rejected"] += 1
         log.warning("aotgrad disk cache: rejected %s (%s: %s); it is deleted and compiled again",
                     path, type(e).__name__, e)
         remove_file(path, stat)
         return None
-    counters["hits"] += 1
+    counters["disk_cache"]["hits"] += 1
     return partitioned, out_spec
 
 

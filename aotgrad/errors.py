@@ -26,6 +26,11 @@ class UnsupportedError(AotgradError):
     """A valid PyTorch program that aotgrad does not support (yet); says the workaround."""
 
 
+class CompilerSignatureError(AotgradError, TypeError):
+    """A compiler function that cannot be called as its entry point calls it (also a TypeError,
+    what calling it would have raised)."""
+
+
 class MutatedAliasedInputsError(UnsupportedError):
     """Inputs share memory and one is mutated; `group` lists them (retried with a synthetic base)."""
 

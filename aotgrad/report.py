@@ -238,7 +238,7 @@ def watching(run: Run) -> Iterator[None]:
     """Collect compile records, compiled-autograd captures and Dynamo's frame metrics."""
     from torch._dynamo import utils as dynamo_utils
 
-    from aotgrad.compiled_autograd import cache as ca_cache
+    from aotgrad.counting import counters
     from aotgrad.compiled_autograd import engine as ca_engine
 
     def on_record(record: phases.CompileRecord) -> None:
@@ -251,7 +251,7 @@ def watching(run: Run) -> Iterator[None]:
 
     dynamo_utils.clear_compilation_metrics()
     dynamo_utils.set_compilation_metrics_limit(100_000)
-    ca_before = dict(ca_cache.counters)
+    ca_before = Counter(counters["compiled_autograd"])
     ca_engine.capture_watchers.append(on_capture)
     try:
         with phases.watch(on_record):
@@ -261,7 +261,7 @@ def watching(run: Run) -> Iterator[None]:
         run.frames = [_frame(m) for m in dynamo_utils.get_compilation_metrics()]
         dynamo_utils.set_compilation_metrics_limit(dynamo_utils.DEFAULT_COMPILATION_METRICS_LIMIT)
         run.graph_breaks = Counter(dynamo_utils.counters["graph_break"])
-        run.compiled_autograd = {k: v - ca_before.get(k, 0) for k, v in ca_cache.counters.items()}
+        run.compiled_autograd = {k: v - ca_before[k] for k, v in counters["compiled_autograd"].items()}
         _match_frames(run)
 
 

@@ -8,7 +8,7 @@ Configurations, each its own DDP module over a copy of one model (same seed):
   pytorch_split     torch.compile(backend="aot_eager") with PyTorch's DDP splitter
                     (torch._dynamo.config.optimize_ddp on while it compiles)
   aotgrad_whole     torch.compile(backend="aotgrad") with aotgrad.config.optimize_ddp off
-  aotgrad_split     torch.compile(backend="aotgrad"), aotgrad's splitter (the default)
+  aotgrad_split     torch.compile(backend="aotgrad"), aotgrad's splitter (PyTorch's flag off while it compiles)
 Each is compiled and warmed up first (DDP's buckets form after the first step); then the
 configurations take turns for --rounds rounds of --steps steps (forward, backward, SGD
 step), and the median step time is reported with its ratio to eager.
@@ -188,7 +188,7 @@ def worker(rank: int, world: int, port: int, args) -> None:
     # generous: with more ranks than free cores, spawning (importing torch) can be slow
     store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=300))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=300))
-    import aotgrad  # noqa: F401 - registers the backends, leaves DDP splitting to aotgrad
+    import aotgrad  # noqa: F401 - registers the backends (each step sets both DDP flags)
     torch.manual_seed(0)
     model = Net(args.layers, args.width)
     configs = [Config(name, model, args.bucket_mb, args.link_gbps) for name in CONFIGS]

@@ -117,3 +117,119 @@ def test_a_training_step_calls_none_of_them(monkeypatch):
                 monkeypatch.setattr(module, name, trap(f"{module.__name__}.{name}"))
     _training_step(model, x)
     assert all(p.grad is not None for p in model.parameters())
+
+
+# -- importing aotgrad changes nothing in PyTorch ------------------------------------------
+
+ROOT = PACKAGE.parent
+
+_SNAPSHOT = r"""
+import json, sys, types
+import torch, torch._dynamo, torch._functorch.config, torch._inductor.config
+import torch.autograd.function, torch.nn.functional, torch.nn.modules.module as nn_module
+from torch.nn.parallel import DistributedDataParallel
+
+NAMESPACES = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.nn.functional": torch.nn.functional,
+              "torch.autograd": torch.autograd, "torch.autograd.Function": torch.autograd.Function,
+              "FunctionCtx": torch.autograd.function.FunctionCtx, "torch.nn.Module": torch.nn.Module,
+              "DistributedDataParallel": DistributedDataParallel, "torch.fx.GraphModule": torch.fx.GraphModule}
+CONFIGS = {"torch._dynamo.config": torch._dynamo.config, "torch._inductor.config": torch._inductor.config,
+           "torch._functorch.config": torch._functorch.config}
+
+
+def snapshot():
+    state = {f"{name}.{key}": id(value) for name, ns in NAMESPACES.items() for key, value in vars(ns).items()
+             if not isinstance(value, types.ModuleType)}
+    state.update({f"{name}.{key}": repr(value) for name, config in CONFIGS.items()
+                  for key, value in config.get_config_copy().items()})
+    state.update({f"nn.modules.module.{key}": len(value) for key, value in vars(nn_module).items()
+                  if key.startswith("_global_") and isinstance(value, dict)})
+    state.update({"grad_enabled": torch.is_grad_enabled(), "default_dtype": str(torch.get_default_dtype()),
+                  "deterministic": torch.are_deterministic_algorithms_enabled(),
+                  "execution_engine": id(torch.autograd.Variable._execution_engine),
+                  "optimize_ddp": repr(torch._dynamo.config.optimize_ddp)})
+    return state
+
+
+before = snapshot()
+import aotgrad
+after = snapshot()
+print(json.dumps(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))))
+"""
+
+# What `import aotgrad` does change, on purpose: compiled autograd records hook registrations
+# (compiled_autograd/hooks.py wraps these entry points; each calls PyTorch's as before) and
+# the DDP modules built (compiled_autograd/reducers.py, a module registration hook).
+KNOWN_CHANGES = ["FunctionCtx.set_materialize_grads", "nn.modules.module._global_module_registration_hooks",
+                 "torch.Tensor.register_hook", "torch.Tensor.retain_grad", "torch.autograd.Function._register_hook",
+                 "torch.autograd.Function.apply"]
+
+
+def _run_python(code: str, *args: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_importing_aotgrad_leaves_pytorchs_configs_and_state_as_they_were():
+    """In a fresh process: Dynamo's, Inductor's and functorch's configs (optimize_ddp among
+    them: DDP splitting stays PyTorch's to choose), grad mode, dtype, the autograd engine,
+    and PyTorch's functions and classes are what they were, but for KNOWN_CHANGES."""
+    import json
+
+    assert json.loads(_run_python(_SNAPSHOT)) == KNOWN_CHANGES
+
+
+_INDUCTOR_UNDER_DDP = r"""
+import json, os, sys, tempfile
+import torch, torch.distributed as dist
+from torch._dynamo.backends.distributed import DDPOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+if sys.argv[1] == "with_aotgrad":
+    import aotgrad
+from tests.distributed.models import Layers
+
+dist.init_process_group("gloo", init_method="file://" + os.path.join(tempfile.mkdtemp(), "store"), rank=0,
+                        world_size=1)
+calls = []
+compile_fn = DDPOptimizer.compile_fn
+
+
+def recording_compile_fn(self, gm, example_inputs, **kwargs):
+    # which backend PyTorch's splitter wraps; each piece then runs as traced (Inductor's C++
+    # compile of the pieces is not what this checks)
+    calls.append(getattr(self.backend_compile_fn, "_compiler_name", None))
+    self.backend_compile_fn = lambda piece, inputs, **kw: piece.forward
+    compiled = compile_fn(self, gm, example_inputs, **kwargs)
+    calls.append(len(self.buckets))
+    return compiled
+
+
+DDPOptimizer.compile_fn = recording_compile_fn
+torch.manual_seed(0)
+model = Layers(3)
+x = torch.randn(4, 512)
+expected = model(x)
+out = torch.compile(DDP(model, bucket_cap_mb=1), backend="inductor")(x)  # a bucket per layer (1.002 MiB each)
+out.sum().backward()
+dist.destroy_process_group()
+print(json.dumps({"optimize_ddp": torch._dynamo.config.optimize_ddp, "ddp_optimizer_calls": calls,
+                  "same_output": torch.allclose(out, expected),
+                  "all_grads": all(p.grad is not None for p in model.parameters())}))
+"""
+
+
+def test_inductor_under_ddp_still_gets_pytorchs_ddp_optimizer_with_aotgrad_imported():
+    import json
+
+    without = json.loads(_run_python(_INDUCTOR_UNDER_DDP, "without_aotgrad"))
+    with_aotgrad = json.loads(_run_python(_INDUCTOR_UNDER_DDP, "with_aotgrad"))
+    assert without == {"optimize_ddp": True, "ddp_optimizer_calls": ["inductor", 3], "same_output": True,
+                       "all_grads": True}
+    assert with_aotgrad == without

@@ -4,7 +4,7 @@ In: a `compiler_fn`, a structure and its sizes from `collect`. Out: the entry wh
 serves them: same structure, same sizes where the graph has none, and the graph's guards
 hold where it has symbols. On a miss, `plan_capture` says which sizes the new graph makes
 symbols: those that already were, and those that changed since the last graph of this
-structure (the others stay as they are). `counters` is
+structure (the others stay as they are). `count` counts in
 `aotgrad.counters["compiled_autograd"]`: captures (cache misses), compiles (`compiler_fn`
 calls), hits (backward calls a cached graph ran), eager_fallbacks (backward calls PyTorch's
 engine ran instead).
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from aotgrad.compiled_autograd.collect import AUTOCAST, HEADER, STEP_HOOKS, STEP_VALUES
+from aotgrad.counting import counters
 
-counters: dict[str, int] = {"captures": 0, "compiles": 0, "hits": 0, "eager_fallbacks": 0}
 _graphs: dict[tuple, list["Entry"]] = {}   # (compiler id, structure) -> entries, newest first
 _compilers: dict[int, Callable] = {}        # kept alive: their ids stay theirs
 
@@ -44,7 +44,7 @@ class Entry:
 
 
 def count(name: str) -> None:
-    counters[name] = counters.get(name, 0) + 1
+    counters["compiled_autograd"][name] += 1
 
 
 def lookup(compiler_fn: Callable, structure: tuple, sizes: list[int]) -> Entry | None:
@@ -144,5 +144,4 @@ def _hooks_text(shape: tuple) -> str:
 def reset() -> None:
     _graphs.clear()
     _compilers.clear()
-    for name in counters:
-        counters[name] = 0
+    counters["compiled_autograd"].clear()

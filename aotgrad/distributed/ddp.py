@@ -5,10 +5,13 @@ marked active (`DistributedDataParallel._get_active_ddp_module()`). When
 `aotgrad.config.optimize_ddp` is on, the `aotgrad` and `aotgrad_inductor` backends then
 split with that module's bucket caps, leaving out the parameters it ignores.
 
-PyTorch's own splitter would split first and hand the backend its pieces: importing aotgrad
-turns it off (`torch._dynamo.config.optimize_ddp = False`) while `aotgrad.config.optimize_ddp`
-is on. A piece that PyTorch's splitter made anyway (someone turned it back on) is compiled
-as it is, never split again; `aotgrad.counters["ddp"]` counts both kinds.
+PyTorch's own splitter (`torch._dynamo.config.optimize_ddp`, on by default) splits first,
+before any backend runs, and hands the backend its pieces. aotgrad never sets that flag (it
+is the user's, and other backends read it too), so aotgrad's splitter runs where it is off; a
+piece PyTorch's splitter made is compiled as it is, never split again. Dynamo offers a
+backend no way to turn it off for its own frames only: it decides per frame, before the
+backend is called, and `torch.compile` drops a backend's `backend_ctx_ctor`.
+`aotgrad.counters["ddp"]` counts both kinds.
 """
 from __future__ import annotations
 
@@ -19,19 +22,13 @@ import torch
 import torch.fx as fx
 
 from aotgrad import config
+from aotgrad.counting import counters
 from aotgrad.distributed import DEFAULT_FIRST_BUCKET_BYTES, DDPOptimizer
 
 log = logging.getLogger("aotgrad.distributed")
 
-counters: dict[str, int] = {"graphs_split": 0, "pieces": 0, "pieces_from_pytorch_splitter": 0}
 _PYTORCH_PIECE = "DDPOptimizer intentional graph-break"
 _warned = False
-
-
-def install() -> None:
-    """Leave DDP splitting to aotgrad (see the module docstring)."""
-    if config.optimize_ddp:
-        torch._dynamo.config.optimize_ddp = False
 
 
 def active_ddp_module():
@@ -73,20 +70,22 @@ def compile_in_ddp(gm: fx.GraphModule, example_inputs: Sequence[Any], compile_wh
     forward and `config.optimize_ddp` is on; the whole graph otherwise."""
     global _warned
     if split_by_pytorch(gm):
-        counters["pieces_from_pytorch_splitter"] += 1
-        if not _warned:
+        counters["ddp"]["pieces_from_pytorch_splitter"] += 1
+        if not _warned:  # (PyTorch's default: said once, at INFO)
             _warned = True
-            log.warning("PyTorch's DDP graph splitter already cut this graph (torch._dynamo.config.optimize_ddp "
-                        "is on); aotgrad compiles its pieces as they are and does not split them again. Set "
-                        "torch._dynamo.config.optimize_ddp = False to have aotgrad split instead.")
+            log.info("PyTorch's DDP graph splitter cut this graph at DDP's buckets "
+                     "(torch._dynamo.config.optimize_ddp is on, PyTorch's default); aotgrad compiles each piece "
+                     "as it is and does not split it again. To have aotgrad's splitter cut it instead, set "
+                     "torch._dynamo.config.optimize_ddp = False, or compile and run the model inside "
+                     "torch._dynamo.config.patch(optimize_ddp=False).")
         return compile_whole(gm, example_inputs)
     ddp = active_ddp_module() if config.optimize_ddp else None
     if ddp is None:  # the graph dynamo hands over: dynamo guards its inputs
         return compile_whole(gm, example_inputs, inputs_guarded=True)
     opt = optimizer_for(ddp, compile_whole)
     compiled = opt.compile_fn(gm, example_inputs)
-    counters["graphs_split"] += len(opt.buckets) > 1
-    counters["pieces"] += len(opt.buckets)
+    counters["ddp"]["graphs_split"] += len(opt.buckets) > 1
+    counters["ddp"]["pieces"] += len(opt.buckets)
     log.info("DDP: %d bucket(s), %s", len(opt.buckets), [b.size for b in opt.buckets])
     history.append(opt)
     del history[:-32]

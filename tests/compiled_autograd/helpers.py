@@ -2,6 +2,7 @@
 `aotgrad.compiled_autograd.enable`, and compare everything it returns exactly."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 import torch
@@ -39,7 +40,7 @@ def check(fn: Callable[[], list], *, compiler: Callable = nop_compiler, captures
     with compiled_autograd.enable(compiler):
         actual = fn()
         assert _same(expected, actual, exact), f"eager {expected}\ncompiled {actual}"
-        counts = dict(aotgrad.counters["compiled_autograd"])
+        counts = Counter(aotgrad.counters["compiled_autograd"])
         if captures is not None:
             assert counts["captures"] == captures, counts
         if compiles is not None:

@@ -15,6 +15,7 @@ import math
 import re
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -2376,7 +2377,7 @@ def run_case(name: str) -> Outcome:
     compiled_autograd.reset()
     with compiled_autograd.enable(lambda gm: gm):
         compiled = _run(fn)
-        counts = dict(aotgrad.counters["compiled_autograd"])
+        counts = Counter(aotgrad.counters["compiled_autograd"])
         with _CountingMatches() as matches:
             again = _run(fn)
     compiled_autograd.reset()

@@ -101,7 +101,7 @@ def fresh_start() -> None:
     torch._dynamo.reset()
     ddp.history.clear()
     aotgrad.config.optimize_ddp = True
-    torch._dynamo.config.optimize_ddp = False
+    torch._dynamo.config.optimize_ddp = False  # aotgrad's splitter runs where PyTorch's is off
 
 
 def batch(rank: int, step: int, shape: tuple) -> torch.Tensor:

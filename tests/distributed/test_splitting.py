@@ -6,6 +6,7 @@ backends behave as under real DDP without processes or collectives; the multi-pr
 (test_ddp_gloo.py) check the real thing. Every case compares outputs and gradients with eager."""
 import copy
 import logging
+from collections import Counter
 
 import pytest
 import torch
@@ -20,6 +21,14 @@ from tests.distributed.models import (LINEAR_BYTES, CallMethodForward, Checkpoin
 
 
 
+
+
+@pytest.fixture(autouse=True)
+def _pytorchs_splitter_off():
+    """aotgrad's own splitter runs where PyTorch's is off. aotgrad leaves PyTorch's flag (on by
+    default) alone, so these tests turn it off, as a user who wants aotgrad's split does."""
+    with torch._dynamo.config.patch(optimize_ddp=False):
+        yield
 
 
 def _grads(model) -> list:
@@ -208,17 +217,27 @@ def test_dynamic_sizes_across_pieces():
 
 
 def test_pytorch_splitter_pieces_are_not_split_again(caplog):
+    """PyTorch's default (its flag on): its splitter cuts, aotgrad compiles each piece whole."""
     # (config.patch, not monkeypatch: pytest >= 9.2 undoes a module attribute with delattr,
     # which hides a torch config entry for good)
-    before = dict(aotgrad.counters["ddp"])
-    with torch._dynamo.config.patch(optimize_ddp=True), caplog.at_level(logging.WARNING, logger="aotgrad.distributed"):
+    before = Counter(aotgrad.counters["ddp"])
+    with torch._dynamo.config.patch(optimize_ddp=True), caplog.at_level(logging.INFO, logger="aotgrad.distributed"):
+        ddp_module._warned = False
         splits = run_against_eager(lambda: Layers(3), torch.randn(8, 512), bucket_cap_mb=1)
     assert splits == []  # aotgrad split nothing itself
     assert aotgrad.counters["ddp"]["pieces_from_pytorch_splitter"] - before["pieces_from_pytorch_splitter"] == 3
+    assert aotgrad.counters["ddp"]["pieces"] == before["pieces"]
+    said = [r.getMessage() for r in caplog.records if "PyTorch's DDP graph splitter" in r.getMessage()]
+    assert len(said) == 1 and "torch._dynamo.config.optimize_ddp = False" in said[0]
 
 
-def test_importing_aotgrad_leaves_ddp_splitting_to_aotgrad():
-    assert torch._dynamo.config.optimize_ddp is False
+def test_pytorchs_flag_is_left_as_it_was():
+    """Neither importing aotgrad nor compiling with its backends under DDP writes PyTorch's flag
+    (tests/test_independence.py checks the import in a fresh process)."""
+    for value in (True, False):
+        with torch._dynamo.config.patch(optimize_ddp=value):
+            run_against_eager(lambda: Layers(2), torch.randn(8, 512), bucket_cap_mb=1, steps=1)
+            assert torch._dynamo.config.optimize_ddp is value
 
 
 def test_explain_names_buckets_and_split_reasons():
