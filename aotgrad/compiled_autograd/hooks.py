@@ -66,6 +66,10 @@ def _recording_register_hook_dict(original):
 
 
 def _recording_tensor_register_hook(original):
+    # Dynamo traces `t.register_hook(h)` in a compiled function by name and replays it after its
+    # graph, calling this wrapper; traced itself, the wrapper's call of the original would be
+    # replayed again, through the wrapper, without end (RecursionError), so Dynamo skips it
+    @torch.compiler.disable
     def register_hook(self, hook):
         handle = original(self, hook)
         hooks = self._backward_hooks
@@ -83,6 +87,7 @@ def _mark_tensor_hooks(tensor, hooks) -> None:
 
 
 def _recording_retain_grad(original):
+    @torch.compiler.disable  # (as register_hook above)
     def retain_grad(self):
         original(self)
         if self.grad_fn is not None:

@@ -142,3 +142,32 @@ def test_hook_dicts_held_by_python_objects_do_not_stop_compiling(where):
         print("counters", counts["captures"], counts["eager_fallbacks"])
     """)
     assert "counters 1 0" in out, out
+
+
+def test_a_hook_registered_in_a_compiled_function_after_the_first_enable():
+    """Dynamo replays `x.register_hook(h)` of a compiled function through the recording
+    wrapper; traced itself, the wrapper replayed its own call without end (RecursionError
+    when the first enable() ran in a compiled training step)."""
+    out = _run("""
+        import torch, aotgrad
+        model = torch.nn.Linear(6, 3)
+
+        @torch.compile(backend="aotgrad")
+        def train_step(x):
+            loss = model(x).sum()
+            loss.backward()
+            return loss.detach()
+
+        with aotgrad.compiled_autograd.enable(lambda gm: gm):
+            train_step(torch.randn(4, 6))
+        torch._dynamo.reset()
+
+        def fn(x, y):
+            x.register_hook(lambda g: g * 3)
+            return x + y
+
+        x = torch.tensor([0.5, 0.5], requires_grad=True)
+        torch.compile(fn, backend="eager")(x, torch.ones(2)).sum().backward()
+        print("grad", x.grad.tolist())
+    """)
+    assert "grad [3.0, 3.0]" in out, out
