@@ -86,8 +86,9 @@ def _leaf_grad(n: int, compiler_fn=None) -> torch.Tensor:
 
 
 def test_compiled_autograd_backward_compiled_by_dynamo_with_dynamic_shapes_accumulates_like_eager():
-    """The accumulation's layout check (compiled_autograd/calls.py) runs inside the graph that
-    torch.compile(dynamic=True, fullgraph=True) traces: the leaf's sizes are SymInts there."""
+    """A backward compiled by torch.compile(dynamic=True, fullgraph=True), sizes changing: the
+    leaf's gradient gets eager's values and layout (the accumulation, with its layout check,
+    is a call out of the graph: it runs on the real tensors, never traced)."""
     torch._dynamo.reset()
     compiled_autograd.reset()
 

@@ -14,6 +14,7 @@ cache.py    graphs by key, counters, miss reasons
 engine.py   interception of backward/grad, and the run of one call
 reducers.py DDP modules whose C++ all-reduce hooks a compiled backward would skip
 calls.py    what the graph calls at run time: hooks, accumulation, custom backwards
+callout.py  how it calls them: under torch.compile, one op each that compilers keep whole
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """What a captured backward graph calls out to: the engine's steps that are not aten ops.
 
-Each function here is one FX `call_function` target in the captured graph, run with real
-tensors at run time and doing exactly what the eager engine does at that point: tensor
-hooks, retain_grad, node pre/post hooks, accumulation into `.grad` (and post-accumulate
-hooks), a Python custom Function's backward, a node aotgrad does not trace (run as is),
-and the engine's check of each gradient against the input it flows to.
+Each function here is called out of the captured graph (through callout.py, which keeps the
+call whole under torch.compile), run with real tensors at run time and doing exactly what the
+eager engine does at that point: tensor hooks, retain_grad, node pre/post hooks, accumulation
+into `.grad` (and post-accumulate hooks), a Python custom Function's backward or a node aotgrad
+does not trace (run as is), each followed by the engine's check of its gradients against the
+inputs they flow to (`validate_outputs`, before the node's post hooks, as in eager).
 """
 from __future__ import annotations
 
@@ -190,11 +191,11 @@ class SavedTensorsView:
         setattr(self._ctx, name, value)
 
 
-def custom_backward(ctx, saved: list, grads: list, positions: tuple) -> list:
+def custom_backward(ctx, saved: list, grads: list, positions: tuple, checks: tuple) -> list:
     """A Python custom Function's backward as PyNode runs it: zeros for missing gradients
     (unless `set_materialize_grads(False)`), the user's backward with the real ctx, then the
     result checked (one gradient per forward argument, extra trailing Nones dropped, None for
-    non-tensor arguments) and those of the tensor arguments (`positions`) returned."""
+    non-tensor arguments) and those of the tensor arguments (`positions`) validated (`checks`)."""
     view = SavedTensorsView(ctx, tuple(saved))
     args = _materialized(ctx, grads)
     if getattr(ctx._forward_cls, "boxed_grads_call", False):
@@ -214,7 +215,7 @@ def custom_backward(ctx, saved: list, grads: list, positions: tuple) -> list:
         if i not in tensors and r is not None:
             raise RuntimeError(f"function {name} returned a gradient different than None at position {i + 1}, "
                                "but the corresponding forward input was not a Variable")
-    return [result[p] for p in positions]
+    return validated([result[p] for p in positions], checks)
 
 
 def as_list(results) -> list:
@@ -222,9 +223,18 @@ def as_list(results) -> list:
     return list(results) if isinstance(results, tuple) else [results]
 
 
-def run_node(node, grads: list) -> list:
-    """A node aotgrad does not trace (e.g. CopySlices, a C++ custom Function), run as is."""
-    return as_list(node(*grads))
+def run_node(node, grads: list, checks: tuple) -> list:
+    """A node aotgrad does not trace (e.g. CopySlices, a C++ custom Function), run as is; its
+    results validated (`checks`)."""
+    return validated(as_list(node(*grads)), checks)
+
+
+def validated(results: list, checks: tuple) -> list:
+    """The engine's `validate_outputs` for a node run out of the graph: each result that flows
+    somewhere checked by `expect_grad(*check)`; None where it flows nowhere (the graph was
+    captured without a value there; eager's post hooks would see the value itself)."""
+    return [None if check is None else expect_grad(check[0], check[1], grad, *check[2:])
+            for grad, check in zip(results, checks)]
 
 
 def _expandable(shape, desired) -> bool:

@@ -1,13 +1,16 @@
 """One backward call, captured as an FX graph of the whole backward.
 
 In: a `Walk` and what `collect` gathered for it. Out: a GraphModule
-`forward(self, inputs, objects)` that does what the engine would: for each step in the
-engine's order, sum the gradients that arrived, run the tensor hooks, retain_grad and
-pre-hooks, the node itself (a built-in node's aten ops, traced on fake tensors with its
-saved tensors read from `inputs`; anything else as a call out of the graph), the
-post-hooks, and send each result down its edge after the engine's shape/dtype check.
-Returns the gradients `autograd.grad` asked for. Each FX node's `autograd_node` meta (and
-its printed comment) names the step: `MulBackward0 (NodeCall 3)`.
+`forward(self, inputs, sizes) -> (results, state)` that does what the engine would: for each
+step in the engine's order, sum the gradients that arrived, run the tensor hooks, retain_grad
+and pre-hooks, the node itself (a built-in node's aten ops, traced on fake tensors with its
+saved tensors read from `inputs`; anything else as a call out of the graph), the engine's
+shape/dtype check of its results, the post-hooks, and send each result down its edge.
+`results` are the gradients `autograd.grad` asked for; `state` is callout.py's (what keeps the
+calls out in order and alive under torch.compile). The calls out read the backward call's
+objects (leaves, ctxs, nodes, hook dicts) through callout.py, not as graph inputs, so Dynamo
+never sees them; their sites are in `gm.meta["call_out_sites"]`. Each FX node's
+`autograd_node` meta (and its printed comment) names the step: `MulBackward0 (NodeCall 3)`.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import torch
 import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
-from aotgrad.compiled_autograd import calls
+from aotgrad.compiled_autograd import callout, calls
 from aotgrad.compiled_autograd.hooks import tensor_positions
 from aotgrad.compiled_autograd.collect import ACCUMULATE, AOTGRAD, CUSTOM, TRACED, UNDEFINED, Collected, StepPlan
 from aotgrad.compiled_autograd.dynamic import FORMULAS, Symbols
@@ -38,8 +41,8 @@ class _Builder:
         self.graph = self.recorder.graph
         self.inputs = self.graph.placeholder("inputs")
         self.sizes = self.graph.placeholder("sizes")
-        self.objects = self.graph.placeholder("objects")
-        self._object_nodes: dict[int, fx.Node] = {}
+        self.state = self.graph.call_function(callout.start, ())
+        self.sites: list[callout.Site] = []
 
     def recording(self):
         return _Recording(self)
@@ -69,11 +72,9 @@ class _Builder:
     def meta_shape(self, plan: StepPlan, slot: int, meta) -> tuple:
         return self.symbols.shape(plan.meta_dims[slot], len(meta.shape))
 
-    def object(self, index: int) -> fx.Node:
-        node = self._object_nodes.get(index)
-        if node is None:
-            node = self._object_nodes[index] = self.graph.call_function(operator.getitem, (self.objects, index))
-        return node
+    @staticmethod
+    def object(index: int) -> callout.Object:
+        return callout.Object(index)
 
     def arg(self, value: Any) -> Any:
         if isinstance(value, (torch.Tensor, torch.SymInt)):
@@ -82,10 +83,27 @@ class _Builder:
             return type(value)(self.arg(v) for v in value)
         return value
 
-    def call(self, target, args: tuple, out: Any = None) -> fx.Node:
-        """A call out of the graph; `out` (a fake tensor, a list of fakes/None, or None) is what
-        it returns, bound to the node (list items through getitem nodes)."""
-        return self.recorder.record_call(target, args, out)
+    def call(self, function, args: tuple, out: Any = None) -> fx.Node:
+        """A call out of the graph (callout.py): `function(*args)`, whose `out` (a fake tensor, a
+        list of fakes/None, or None) is bound to the node's results."""
+        site, tensors, sizes, promise = callout.site(function, args, out)
+        self.sites.append(site)
+        tensor_nodes = [self.recorder.node_of(t) for t in tensors]
+        keep = tuple(k for k, node in enumerate(tensor_nodes) if _computed(node))
+        flat = [] if out is None else [out] if isinstance(out, torch.Tensor) else [v for v in out if v is not None]
+        return self.recorder.record_call(callout.call, (len(self.sites) - 1, self.state, tensors, sizes, promise, keep),
+                                         flat, name=function.__name__)
+
+
+def _computed(node: fx.Node) -> bool:
+    """A tensor the graph computed (not one of its inputs, nor a call's result): a compiler may
+    reuse its memory after its last use unless the graph outputs it (callout.py's `keep`)."""
+    if node.op == "get_attr":
+        return False
+    if node.op != "call_function" or node.target is not operator.getitem:
+        return True
+    base = node.args[0]
+    return not (base.op == "placeholder" or (base.op == "call_function" and base.target is callout.call))
 
 
 class _Recording:
@@ -179,7 +197,7 @@ def _symbolic_values(builder: _Builder, plan: StepPlan) -> dict | None:
 
 
 def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, where: _Objects, grads: list,
-              fakes: list) -> list:
+              fakes: list, incoming: dict) -> list:
     node = step.node
     if plan.kind is TRACED:
         for slot, fake in zip(plan.saved, fakes):
@@ -201,19 +219,40 @@ def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, 
     if plan.kind is ACCUMULATE:
         post = None if where.post_accumulate is None else builder.object(where.post_accumulate)
         # may it take the graph's tensor as `.grad`? decided when the graph is complete (_exclusive)
-        builder.call(calls.accumulate_grad, (builder.object(where.node), grads[0], False, post))
+        builder.call(calls.accumulate_grad, (builder.object(where.node), grads[0], callout.WhenRunAsPython(False),
+                                             post))
         return []
     if plan.kind is AOTGRAD:
         return _aotgrad_backward(builder, node, grads, fakes)
     if plan.kind is UNDEFINED:
         return [None] * len(node.next_functions)
     out = _output_fakes(builder, walk, plans, step)
+    checks = _checks(builder, walk, plans, step, plan, incoming)
     if plan.kind is CUSTOM:
         positions = tensor_positions(node) or tuple(range(len(node.next_functions)))
-        builder.call(calls.custom_backward, (builder.object(where.node), fakes, grads, positions), out)
+        builder.call(calls.custom_backward, (builder.object(where.node), fakes, grads, positions, checks), out)
     else:
-        builder.call(calls.run_node, (builder.object(where.node), grads), out)
+        builder.call(calls.run_node, (builder.object(where.node), grads, checks), out)
     return out
+
+
+def _checks(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, incoming: dict) -> tuple:
+    """For a node run out of the graph: per result, `expect_grad`'s arguments for the input it
+    flows to (None where it flows nowhere)."""
+    name = step.node.name()
+    checks = []
+    for i, edge in enumerate(step.edges):
+        if edge is None:
+            checks.append(None)
+            continue
+        target, slot = edge
+        meta = walk.steps[target].node._input_metadata[slot]
+        shape = builder.meta_shape(plans[target], slot, meta)
+        # straight into `.grad` with nothing else summed there: None may come (nothing accumulates)
+        may_be_none = walk.steps[target].node.name() == "torch::autograd::AccumulateGrad" and \
+            incoming[edge] == 1 and not plan.hooks.post
+        checks.append((name, i, tuple(shape), meta.dtype, meta.device, may_be_none))
+    return tuple(checks)
 
 
 def _aotgrad_backward(builder: _Builder, ctx, grads: list, saved: list) -> list:
@@ -245,13 +284,43 @@ def _aotgrad_backward(builder: _Builder, ctx, grads: list, saved: list) -> list:
     return [input_grads[p - 1] for p in positions]
 
 
-def _mark_exclusive_gradients(graph: fx.Graph) -> None:
+def _mark_exclusive_gradients(graph: fx.Graph, sites: list) -> None:
     """AccumulateGrad may take the graph's own tensor as a fresh `.grad` (eager does when nothing
     else holds it) only if nothing else in the graph reads it or any tensor it views: an
-    aten op's result whose only user is this accumulation, through single-user views."""
+    aten op's result whose only user is this accumulation, through single-user views (and
+    only when the graph runs as Python: callout.WhenRunAsPython)."""
     for node in graph.nodes:
-        if node.target is calls.accumulate_grad and isinstance(node.args[1], fx.Node):
-            node.args = (node.args[0], node.args[1], _exclusive(node.args[1]), node.args[3])
+        if node.target is callout.call:
+            site = sites[node.args[0]]
+            if site.function is calls.accumulate_grad and node.args[2]:
+                variable, grad, _, hooks = site.args
+                site.args = (variable, grad, callout.WhenRunAsPython(_exclusive(node.args[2][0])), hooks)
+
+
+def _order_around_call_outs(graph: fx.Graph) -> None:
+    """Each call out of the graph also takes the tensors computed before it that are used after
+    it: a compiler then computes them before the call, as eager does, and not after a hook that
+    changed what they read (an optimizer step in a post-accumulate hook updates a weight that
+    the next layer's gradient was computed from). Run as Python, the call ignores them.
+
+    before: mm = aten.mm(grad, weight); call(accumulate weight.grad, [mm_1]); add = mm + ...
+    after:  ...                         call(accumulate weight.grad, [mm_1, mm]); ...
+    """
+    nodes = list(graph.nodes)
+    position = {node: i for i, node in enumerate(nodes)}
+    last_use = {node: max((position[user] for user in node.users), default=-1) for node in nodes}
+    live: dict[fx.Node, None] = {}  # computed tensors defined so far, in order
+    for i, node in enumerate(nodes):
+        if node.op == "call_function" and node.target is callout.call:
+            site, state, tensors, *rest = node.args
+            after = [v for v in live if last_use[v] > i and v not in tensors]
+            if after:
+                node.args = (site, state, [*tensors, *after], *rest)
+        if isinstance(node.meta.get("val"), torch.Tensor) and _computed(node) and \
+                not (node.op == "call_function" and node.target is callout.call):
+            live[node] = None
+        for done in [v for v in live if last_use[v] <= i]:
+            del live[done]
 
 
 def _exclusive(node: fx.Node) -> bool:
@@ -266,26 +335,30 @@ def _exclusive(node: fx.Node) -> bool:
         node = base
 
 
-def _send(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outputs: list, buffers: list,
-          incoming: dict) -> None:
-    """Each result down its edge, checked as the engine checks it, summed where paths meet."""
+def _validated(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outputs: list) -> list:
+    """A traced node's results checked as the engine's validate_outputs checks them, before the
+    node's post hooks (the check is traced too; nodes run out of the graph check their own)."""
+    if plan.kind is not TRACED and plan.kind is not AOTGRAD:
+        return outputs
     name = step.node.name()
+    checked = list(outputs)
     for i, (edge, grad) in enumerate(zip(step.edges, outputs)):
         if edge is None or grad is None:
             continue
         target, slot = edge
         meta = walk.steps[target].node._input_metadata[slot]
         shape = builder.meta_shape(plans[target], slot, meta)
-        if plan.kind is TRACED or plan.kind is AOTGRAD:  # traced ops: the check is traced too
-            with builder.recording():
-                grad = calls.check_grad(name, i, grad, shape, meta.dtype, meta.device)
-        else:
-            out = builder.empty(shape, meta.dtype, meta.device)
-            # straight into `.grad` with nothing else summed there: None may come (nothing accumulates)
-            may_be_none = walk.steps[target].node.name() == "torch::autograd::AccumulateGrad" and \
-                incoming[edge] == 1 and not plan.hooks.post
-            builder.call(calls.expect_grad, (name, i, grad, shape, meta.dtype, meta.device, may_be_none), out)
-            grad = out
+        with builder.recording():
+            checked[i] = calls.check_grad(name, i, grad, shape, meta.dtype, meta.device)
+    return checked
+
+
+def _send(step, outputs: list, buffers: list, builder: _Builder) -> None:
+    """Each result down its edge, summed where paths meet."""
+    for edge, grad in zip(step.edges, outputs):
+        if edge is None or grad is None:
+            continue
+        target, slot = edge
         buffer = buffers[target]
         if buffer[slot] is None:
             buffer[slot] = grad
@@ -335,15 +408,17 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
         if step.runs:
             lifted = iter(fakes[plan.first_input:])
             saved = [None if slot is None else next(lifted) for slot in plan.saved]
-            outputs = _run_node(builder, walk, collected.plans, plan, step, where, grads, saved)
+            outputs = _run_node(builder, walk, collected.plans, plan, step, where, grads, saved, incoming)
+            outputs = _validated(builder, walk, collected.plans, step, plan, outputs)
             if where.post is not None:
                 out = _like(builder, outputs)
                 builder.call(calls.post_hooks, (builder.object(where.post), outputs, grads), out)
                 outputs = out
-            _send(builder, walk, collected.plans, step, plan, outputs, buffers, incoming)
+            _send(step, outputs, buffers, builder)
         _label(last, plan.label)
-    builder.graph.output(tuple(builder.arg(r) if r is not None else None for r in results))
-    _mark_exclusive_gradients(builder.graph)
+    builder.graph.output((tuple(builder.arg(r) if r is not None else None for r in results), builder.state))
+    _mark_exclusive_gradients(builder.graph, builder.sites)
+    _order_around_call_outs(builder.graph)
     for node in builder.graph.nodes:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and val.layout is not torch.strided:
@@ -356,4 +431,5 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
     for name, value in builder.recorder.constants.items():
         setattr(root, name, value)
     gm = fx.GraphModule(root, builder.graph, class_name="CompiledAutogradGraph")
+    gm.meta["call_out_sites"] = builder.sites
     return gm, (symbols.guards() if dynamic else None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from typing import Callable
 
 import torch
@@ -21,7 +22,7 @@ from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.compiled_autograd import cache as graph_cache
-from aotgrad.compiled_autograd import calls, reducers, replay
+from aotgrad.compiled_autograd import callout, calls, reducers, replay
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
@@ -134,10 +135,12 @@ class CompiledAutograd:
                 collected = collect(graph, list(grad_tensors), accumulate_grad)
             except EagerFallback as e:
                 reason = str(e)
+        fresh = False  # a graph compiled for this call: its first run may still fall back (_first_run)
         if reason is None:
             entry = graph_cache.lookup(self.compiler_fn, collected.structure, collected.sizes.values)
             if entry is None:
                 entry = self._capture_and_compile(graph, collected)
+                fresh = True
             else:
                 graph_cache.count("hits")
             if entry.compiled is None:
@@ -152,10 +155,25 @@ class CompiledAutograd:
                                             graph_cache.entries_of(self.compiler_fn, collected.structure))
             if template is not None:
                 templates.remember(template)
+        taken = [(slot, weakref.ref(slot.value)) for slot in collected.slots
+                 if slot.owned and slot.value is not None] if fresh and not keep_graph else []
         if not keep_graph:
             release(collected)
-        results = self._call(entry.compiled, collected.inputs, collected.sizes.values, collected.objects,
-                             collected.keeps_state, keep_graph)
+        try:
+            results = self._call(entry.compiled, collected.inputs, collected.sizes.values, collected.objects,
+                                 collected.keeps_state, keep_graph, first=fresh)
+        except callout.NothingRan as e:
+            if not _given_back(taken):
+                raise e.error from None
+            # nothing ran, every saved tensor is still there: PyTorch's engine runs this backward,
+            # and every later one of this structure (the next try would fail the same way)
+            entry.compiled = None
+            graph_cache.count("eager_fallbacks")
+            log.warning("compiled autograd: this backward runs on PyTorch's engine, and so will later ones like "
+                        "it: the callable compiler_fn returned for it failed before running anything, with "
+                        "%s: %s", type(e.error).__name__, e.error)
+            return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
+                                       accumulate_grad)
         return self._results(results, accumulate_grad, allow_unreachable)
 
     def _run_cached(self, templates, root_edges, input_edges, grad_tensors, keep_graph, accumulate_grad):
@@ -199,7 +217,8 @@ class CompiledAutograd:
             log.debug("%s", format_graph(gm, "compiled_autograd_graph"))
         for watcher in list(capture_watchers):
             watcher(gm, reasons)
-        compiled = self.compiler_fn(gm)
+        # (the sites are what the graph's calls out run: callout.Program gives them the call's objects)
+        compiled = callout.Program(self.compiler_fn(gm), gm.meta["call_out_sites"])
         graph_cache.count("compiles")
         entry = graph_cache.Entry(compiled, list(collected.sizes.values), dynamic, guards)
         graph_cache.store(self.compiler_fn, collected.structure, entry)
@@ -217,20 +236,25 @@ class CompiledAutograd:
                           graph_cache.owner_label(collected.plans, collected.sizes.owners[i]))
             dynamic = dynamic - guards.specialized
 
-    def _call(self, compiled, inputs: list, sizes: list, objects: list, keeps_state: list, keep_graph: bool) -> list:
+    def _call(self, compiled, inputs: list, sizes: list, objects: list, keeps_state: list, keep_graph: bool,
+              first: bool = False) -> list:
         """Run a compiled graph (its saved tensors already taken over; `inputs` then holds the
-        only reference, and the graph frees each as it goes), then the queued callbacks."""
-        if not keep_graph:
-            for node in keeps_state:  # a second backward through them raises eager's error
-                node.register_prehook(calls.freed)
+        only reference, and the graph frees each as it goes), then the queued callbacks. On a
+        graph's `first` run, a failure before anything ran is callout.NothingRan."""
         _local.callbacks = callbacks = []
         grad_mode = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
-            results = compiled(inputs, sizes, objects)
+            results = compiled(inputs, sizes, objects, first)
+        except callout.NothingRan:
+            raise
+        except BaseException:
+            _mark_freed(keeps_state, keep_graph)
+            raise
         finally:
             torch._C._set_grad_enabled(grad_mode)
             _local.callbacks = None
+        _mark_freed(keeps_state, keep_graph)
         while callbacks:  # a callback may queue another; each runs once, in order
             callback = callbacks.pop(0)
             _local.callbacks = callbacks
@@ -239,6 +263,26 @@ class CompiledAutograd:
             finally:
                 _local.callbacks = None
         return list(results)
+
+
+def _mark_freed(keeps_state: list, keep_graph: bool) -> None:
+    """Nodes run as is keep their saved state: after a backward without retain_graph, a
+    second backward through them raises eager's error (a Python call of a node runs no hooks,
+    so the graph itself never meets this one)."""
+    if not keep_graph:
+        for node in keeps_state:
+            node.register_prehook(calls.freed)
+
+
+def _given_back(taken: list) -> bool:
+    """Put the saved tensors of a graph that ran nothing back into their slots (so PyTorch's
+    engine can run the nodes); False if one is gone already (the graph had started)."""
+    values = [(slot, ref()) for slot, ref in taken]
+    if any(value is None for _, value in values):
+        return False
+    for slot, value in values:
+        slot.value, slot.freed = value, False
+    return True
 
 
 def push(context: CompiledAutograd) -> None:

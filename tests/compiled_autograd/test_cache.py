@@ -235,7 +235,8 @@ def test_graph_takes_saved_values_as_inputs_not_constants():
     with compiled_autograd.enable(compiler):
         (x.sin() * x.exp()).sum().backward()
     gm = graphs[0]
-    assert [n.target for n in gm.graph.nodes if n.op == "placeholder"] == ["inputs", "sizes", "objects"]
+    # (the objects, leaves here, reach the calls out through callout.py, never as graph inputs)
+    assert [n.target for n in gm.graph.nodes if n.op == "placeholder"] == ["inputs", "sizes"]
     assert not [n for n in gm.graph.nodes if n.op == "get_attr"]  # nothing baked in
 
 
