@@ -32,6 +32,9 @@ only makes the results it promised: no user code runs or is traced while compili
 #   compiled code (under fullgraph, Dynamo would try to trace FX's error reporting: "Attempt to
 #   trace generator" replaced the user's error); the call keeps it, later calls do nothing, and
 #   Program raises it when the graph returns: as in eager, nothing visible runs after it.
+# - dispatch: Inductor calls the op with every dispatch key above its kernel excluded (autograd
+#   too: a custom backward calling torch.autograd.grad under enable_grad found nothing requiring
+#   grad); the site runs with the keys of the backward call instead (_Call.dispatch_keys).
 from __future__ import annotations
 
 import functools
@@ -189,7 +192,7 @@ def _fill(value, objects: list, tensors: list, sizes: list, compiled: bool):
 
 class _Call:
     """The backward call a Program is running: its sites, its objects, its placeholders."""
-    __slots__ = ("sites", "objects", "undefined", "error", "ran")
+    __slots__ = ("sites", "objects", "undefined", "error", "ran", "dispatch_keys")
 
     def __init__(self, sites: list, objects: list):
         self.sites = sites
@@ -197,6 +200,8 @@ class _Call:
         self.undefined: list = []  # placeholders standing for None (compiled graphs only)
         self.error: Exception | None = None  # the exception a call raised in a compiled graph
         self.ran = 0  # calls started
+        # the thread's dispatch keys (included, excluded) when the backward call started
+        self.dispatch_keys = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
 
     def run(self, index: int, tensors: list, sizes: list, compiled: bool = False) -> list:
         self.ran += 1
@@ -253,7 +258,8 @@ def _call_out_kernel(site: int, token, tensors: list, sizes: list, promise: str)
     if call.error is None:  # (after an error nothing runs: the graph only goes on to its end)
         values = [None if t is not None and call.undefined and call.is_undefined(t) else t for t in tensors]
         try:
-            outputs = call.run(site, values, sizes, compiled=True)
+            with torch._C._ForceDispatchKeyGuard(*call.dispatch_keys):
+                outputs = call.run(site, values, sizes, compiled=True)
         except Exception as e:  # noqa: BLE001 - raised again by Program, outside the compiled code
             call.error = e
     results = [torch.empty(0)]

@@ -8,7 +8,7 @@ import torch
 
 import aotgrad
 from aotgrad import compiled_autograd
-from tests.compiled_autograd.helpers import check, nop_compiler
+from tests.compiled_autograd.helpers import check, current_compiler
 
 
 def _mlp():
@@ -27,6 +27,7 @@ def test_a_fresh_model_with_equal_structure_hits_the_cache():
     check(fn, captures=1)
 
 
+@pytest.mark.all_compilers
 def test_changed_batch_size_recompiles_once_then_serves_every_size():
     model = _mlp()
 
@@ -41,6 +42,7 @@ def test_changed_batch_size_recompiles_once_then_serves_every_size():
     check(fn, captures=2, compiles=2)
 
 
+@pytest.mark.all_compilers
 def test_dynamic_sizes_through_mean_view_expand_and_matmul():
     w = torch.randn(6, 5, requires_grad=True)
 
@@ -168,7 +170,7 @@ def test_verbose_logs_nodes_and_miss_reasons(caplog):
     aotgrad.config.compiled_autograd_verbose = True
     try:
         with caplog.at_level(logging.DEBUG, logger="aotgrad.compiled_autograd"):
-            with compiled_autograd.enable(nop_compiler):
+            with compiled_autograd.enable(current_compiler()):
                 for b in [10, 11, 12]:
                     model.zero_grad()
                     model(torch.randn(b, 4)).sum().backward()
@@ -191,7 +193,7 @@ def test_miss_reasons_name_the_hook_or_saved_value_that_changed(caplog):
     x = torch.randn(3, requires_grad=True)
     compiled_autograd.reset()
     with caplog.at_level(logging.DEBUG, logger="aotgrad.compiled_autograd"):
-        with compiled_autograd.enable(nop_compiler):
+        with compiled_autograd.enable(current_compiler()):
             for i in range(3):
                 h = model[0](torch.randn(2, 4))
                 if i == 1:
@@ -214,7 +216,7 @@ def test_verbose_flag_is_read_when_enable_is_entered(caplog):
     compiled_autograd.reset()
     x = torch.randn(3, requires_grad=True)
     with caplog.at_level(logging.WARNING, logger="aotgrad.compiled_autograd"):
-        with compiled_autograd.enable(nop_compiler):
+        with compiled_autograd.enable(current_compiler()):
             aotgrad.config.compiled_autograd_verbose = True
             try:
                 (x * 2).sum().backward()
@@ -240,8 +242,9 @@ def test_graph_takes_saved_values_as_inputs_not_constants():
     assert not [n for n in gm.graph.nodes if n.op == "get_attr"]  # nothing baked in
 
 
-@pytest.mark.parametrize("compiler", ["eager", "aot_eager", "inductor", "aotgrad"])
-def test_torch_compile_as_the_compiler(compiler):
+@pytest.mark.one_compiler  # torch.compile's defaults (not fullgraph, not dynamic), PyTorch's aot_eager too
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor", "aotgrad"])
+def test_torch_compile_as_the_compiler(backend):
     model = _mlp()
 
     def fn():
@@ -252,4 +255,4 @@ def test_torch_compile_as_the_compiler(compiler):
             out += [p.grad.clone() for p in model.parameters()]
         return out
 
-    check(fn, compiler=lambda gm: torch.compile(gm, backend=compiler), captures=2, exact=False)
+    check(fn, compiler=lambda gm: torch.compile(gm, backend=backend), captures=2, exact=False)

@@ -7,7 +7,7 @@ from torch.autograd.function import once_differentiable
 
 import aotgrad
 from aotgrad import compiled_autograd
-from tests.compiled_autograd.helpers import check, nop_compiler
+from tests.compiled_autograd.helpers import check, current_compiler
 
 
 class SavedTwice(torch.autograd.Function):
@@ -45,6 +45,7 @@ class ShapeAttr(torch.autograd.Function):
         return g.expand(ctx.shape) * ctx.shape[0]
 
 
+@pytest.mark.all_compilers
 def test_ctx_attributes_are_read_at_run_time_not_baked_in():
     def fn():
         out = []
@@ -69,6 +70,7 @@ class ScaleBy(torch.autograd.Function):
         return g * ctx.k, None, g
 
 
+@pytest.mark.all_compilers
 def test_non_tensor_inputs_and_outputs():
     def fn():
         x = torch.randn(3, requires_grad=True)
@@ -92,7 +94,7 @@ class NoneForNonTensor(torch.autograd.Function):
 
 def test_gradient_for_a_non_tensor_input_is_eagers_error():
     x = torch.randn(3, requires_grad=True)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         with pytest.raises(RuntimeError, match="not a Variable"):
             NoneForNonTensor.apply(x, 2).sum().backward()
 
@@ -170,7 +172,7 @@ def test_same_body_two_classes_two_captures_class_made_in_a_loop_recaptures():
     compiled_autograd.reset()
     x = torch.randn(3, requires_grad=True)
     fixed = make()
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         for _ in range(3):
             fixed.apply(x).sum().backward()
         assert aotgrad.counters["compiled_autograd"]["captures"] == 1
@@ -197,7 +199,7 @@ def test_backward_side_effects_run_on_every_backward():
     SideEffect.calls = 0
     compiled_autograd.reset()
     x = torch.randn(3, requires_grad=True)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         for _ in range(4):
             SideEffect.apply(x).sum().backward()
     assert SideEffect.calls == 4
@@ -237,10 +239,11 @@ def test_returning_none_into_dot_grad_accumulates_nothing_as_in_eager():
     assert check(fn, captures=1)[1] is None
 
 
+@pytest.mark.all_compilers
 def test_returning_none_where_the_capture_got_a_gradient_is_a_clear_error():
     compiled_autograd.reset()
     x = torch.randn(3, requires_grad=True)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         (ReturnsNone.apply(x * 1, False) * 2).sum().backward()  # the gradient flows on into MulBackward0
         with pytest.raises(aotgrad.errors.UnsupportedError, match="returned no gradient"):
             (ReturnsNone.apply(x * 1, True) * 2).sum().backward()
@@ -280,6 +283,7 @@ class NonContiguousGrad(torch.autograd.Function):
         return (g.t().contiguous().t() * 2)  # same values, transposed memory
 
 
+@pytest.mark.all_compilers
 def test_a_non_contiguous_gradient_from_a_custom_backward_flows_on():
     def fn():
         base = torch.randn(12, requires_grad=True)

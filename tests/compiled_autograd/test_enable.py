@@ -11,6 +11,8 @@ import aotgrad
 from aotgrad import compiled_autograd
 from aotgrad.errors import AotgradError, CompilerSignatureError
 
+pytestmark = pytest.mark.one_compiler  # enable() itself, not a backward
+
 
 def _step(x):
     (x.sin() * x).sum().backward()

@@ -6,7 +6,7 @@ import torch
 
 import aotgrad
 from aotgrad import compiled_autograd
-from tests.compiled_autograd.helpers import check, nop_compiler
+from tests.compiled_autograd.helpers import check, current_compiler
 
 
 def _mlp():
@@ -28,6 +28,7 @@ def test_mlp_step_is_captured_once_and_hits_the_cache():
     check(fn, captures=1, compiles=1)
 
 
+@pytest.mark.all_compilers
 def test_gradients_are_summed_where_paths_meet():
     def fn():
         x = torch.randn(5, requires_grad=True)
@@ -51,6 +52,7 @@ def test_backward_returns_none_and_autograd_grad_leaves_dot_grad_alone():
     check(fn)
 
 
+@pytest.mark.all_compilers
 def test_autograd_grad_with_unused_input():
     def fn():
         x = torch.randn(3, requires_grad=True)
@@ -114,10 +116,10 @@ def test_eager_and_compiled_backwards_alternate_on_a_retained_graph():
     x = torch.randn(3, requires_grad=True)
     y = (x * x.sin()).sum()
     y.backward(retain_graph=True)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         y.backward(retain_graph=True)
     y.backward(retain_graph=True)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         y.backward()
     expected = 4 * (x.sin() + x * x.cos())
     assert torch.allclose(x.grad, expected.detach())
@@ -144,6 +146,7 @@ def test_fresh_grad_does_not_alias_the_root_gradient():
     check(fn)
 
 
+@pytest.mark.all_compilers
 def test_grad_gets_the_parameters_strides():
     def fn():
         w = torch.randn(4, 3).t().requires_grad_()
@@ -153,6 +156,7 @@ def test_grad_gets_the_parameters_strides():
     check(fn)
 
 
+@pytest.mark.all_compilers
 def test_retain_grad_copies_then_adds():
     def fn():
         x = torch.randn(3, requires_grad=True)
@@ -167,6 +171,7 @@ def test_retain_grad_copies_then_adds():
     check(fn)
 
 
+@pytest.mark.all_compilers
 def test_queued_callbacks_run_after_the_backward_in_order():
     def fn():
         x = torch.randn(3, requires_grad=True)
@@ -189,7 +194,7 @@ def test_queued_callbacks_run_after_the_backward_in_order():
 def test_enable_restores_the_engine_on_exit_and_on_error():
     original = torch.autograd.Variable._execution_engine
     with pytest.raises(ValueError):
-        with compiled_autograd.enable(nop_compiler):
+        with compiled_autograd.enable(current_compiler()):
             assert torch.autograd.Variable._execution_engine is not original
             raise ValueError
     assert torch.autograd.Variable._execution_engine is original
@@ -240,6 +245,7 @@ def test_other_threads_keep_the_eager_engine():
     assert captures == []
 
 
+@pytest.mark.all_compilers
 def test_in_place_write_into_a_view_runs_copy_slices():
     def fn():
         x = torch.randn(4, requires_grad=True)
@@ -254,13 +260,13 @@ def test_in_place_write_into_a_view_runs_copy_slices():
 def test_reset_clears_graphs_and_counters():
     x = torch.randn(3, requires_grad=True)
     compiled_autograd.reset()
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         (x * 2).sum().backward()
         (x * 2).sum().backward()
     assert aotgrad.counters["compiled_autograd"]["captures"] == 1
     compiled_autograd.reset()
     assert aotgrad.counters["compiled_autograd"]["captures"] == 0
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         (x * 2).sum().backward()
     assert aotgrad.counters["compiled_autograd"]["captures"] == 1
 
@@ -268,7 +274,7 @@ def test_reset_clears_graphs_and_counters():
 def test_create_graph_runs_eagerly():
     compiled_autograd.reset()
     x = torch.randn(3, requires_grad=True)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         g, = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
         g.sum().backward()
     assert torch.allclose(x.grad, 6 * x.detach())
@@ -276,7 +282,7 @@ def test_create_graph_runs_eagerly():
 
 
 def test_root_not_requiring_grad_gives_eagers_error():
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         with pytest.raises(RuntimeError, match="does not require grad"):
             torch.randn(3).sum().backward()
 
@@ -288,19 +294,19 @@ def test_saved_tensor_modified_in_place_is_eagers_error_also_after_a_retained_ru
     y = b.sin().sum()
     with torch.no_grad():
         b.add_(1)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
     # taken over by a compiled backward with retain_graph, then modified: both engines still check
     b2 = x * 3
     y2 = b2.sin().sum()  # saves b2
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         y2.backward(retain_graph=True)
     with torch.no_grad():
         b2.mul_(2)
     with pytest.raises(RuntimeError, match=re.escape("modified by an inplace operation")):
         y2.backward(retain_graph=True)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y2.backward()
 
@@ -322,7 +328,7 @@ def test_custom_function_saved_input_modified_in_place_is_eagers_error():
     y = Square.apply(h).sum()
     with torch.no_grad():
         h.add_(1)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
 
@@ -372,7 +378,7 @@ def test_second_backward_through_state_aotgrad_cannot_free_is_eagers_error(make)
         y.backward()
     x2 = torch.randn(3, requires_grad=True)
     y2 = build(x2)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         y2.backward()
         with pytest.raises(RuntimeError, match="backward through the graph a second time"):
             y2.backward()
@@ -397,7 +403,7 @@ def test_sparse_gradients_run_on_the_eager_engine():
     emb(idx).sum().backward()
     expected = emb.weight.grad.to_dense().clone()
     emb.weight.grad = None
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         emb(idx).sum().backward()
     assert torch.equal(emb.weight.grad.to_dense(), expected)
     assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] >= 1

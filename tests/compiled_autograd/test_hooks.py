@@ -5,7 +5,7 @@ import torch
 
 import aotgrad
 from aotgrad import compiled_autograd
-from tests.compiled_autograd.helpers import check, nop_compiler
+from tests.compiled_autograd.helpers import check, current_compiler
 
 
 def test_tensor_hook_on_a_leaf_changes_what_is_accumulated():
@@ -87,6 +87,7 @@ def test_post_accumulate_grad_hook_sees_the_new_grad():
     check(fn)
 
 
+@pytest.mark.all_compilers
 def test_optimizer_step_inside_post_accumulate_hooks_matches_eager():
     def fn():
         torch.manual_seed(0)
@@ -107,6 +108,7 @@ def test_optimizer_step_inside_post_accumulate_hooks_matches_eager():
     check(fn)
 
 
+@pytest.mark.all_compilers
 def test_module_full_backward_hook():
     def fn():
         seen = []
@@ -124,7 +126,7 @@ def test_hooks_added_or_removed_cause_a_new_capture_and_same_hooks_hit():
     compiled_autograd.reset()
     w = torch.randn(3, requires_grad=True)
     grads = []
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         for i in range(5):
             w.grad = None
             y = w * 2
@@ -179,7 +181,7 @@ def test_hook_result_of_the_wrong_size_is_eagers_error():
     x = torch.randn(3, requires_grad=True)
     y = x * 2
     y.register_hook(lambda g: torch.zeros(4))
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         with pytest.raises(RuntimeError, match="has changed the size of value"):
             y.sum().backward()
 
@@ -207,7 +209,7 @@ def test_node_hook_results_get_eagers_checks():
             w = torch.randn(3, requires_grad=True)
             y = x * w
             y.grad_fn.register_prehook(hook)
-            with compiled_autograd.enable(nop_compiler) if compiled else torch.enable_grad():
+            with compiled_autograd.enable(current_compiler()) if compiled else torch.enable_grad():
                 with pytest.raises(error, match=message):
                     y.sum().backward()
 

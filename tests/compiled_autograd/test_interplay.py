@@ -11,7 +11,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 import aotgrad
 from aotgrad import compiled_autograd
 from aotgrad.hops import trace_wrapped
-from tests.compiled_autograd.helpers import check, nop_compiler
+from tests.compiled_autograd.helpers import check, current_compiler
 
 
 def _model():
@@ -25,7 +25,7 @@ def test_backward_through_a_compiled_forward_is_one_graph(backend):
 
     def compiler(gm):
         graphs.append(gm)
-        return gm
+        return current_compiler()(gm)
 
     def fn():
         torch._dynamo.reset()
@@ -87,6 +87,7 @@ def _multiply_invoke(grad):
     return trace_wrapped(grad, fn=_multiply)
 
 
+@pytest.mark.one_compiler  # its own: the graph Dynamo hands a backend
 @pytest.mark.parametrize("backend", ["eager", "aotgrad", "aotgrad_inductor"])
 def test_trace_wrapped_hook_under_compiled_autograd_runs_from_the_graph(backend):
     """A hook (trace_wrapped or not) is a call out of the graph, opaque to Dynamo: the graph its
@@ -158,6 +159,7 @@ def test_trace_wrapped_fn_that_cannot_be_traced_names_it():
         aotgrad.aot_function(f, aotgrad.nop)(torch.randn(3, requires_grad=True))
 
 
+@pytest.mark.one_compiler  # the graph run as Python; under torch.compile the compiler decides (Dynamo keeps inputs)
 def test_activations_are_freed_as_the_backward_goes():
     """At the middle of the backward, saved activations of the layers already done are gone,
     as in eager (the graph's input list is emptied and each value dropped after its last use)."""
@@ -182,7 +184,7 @@ def test_activations_are_freed_as_the_backward_goes():
         gc.collect()
         if compiled:
             compiled_autograd.reset()
-            with compiled_autograd.enable(nop_compiler):
+            with compiled_autograd.enable(current_compiler()):
                 loss.backward()
         else:
             loss.backward()
@@ -226,6 +228,7 @@ def cpp_extension():
                        build_directory=build, verbose=False)
 
 
+@pytest.mark.all_compilers
 @pytest.mark.skipif(sys.platform != "linux", reason="builds a C++ extension with gcc")
 def test_cpp_custom_function_with_saved_data(cpp_extension):
     def fn():
@@ -270,6 +273,7 @@ class PrintingBackward(torch.autograd.Function):
         return g * x.cos()
 
 
+@pytest.mark.one_compiler  # torch.compile's defaults: not fullgraph, PyTorch's aot_eager
 def test_custom_backward_with_a_graph_break_under_a_dynamo_compiler(capsys):
     def fn():
         torch._dynamo.reset()

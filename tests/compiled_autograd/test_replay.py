@@ -18,7 +18,7 @@ from aotgrad.compiled_autograd import cache as graph_cache
 from aotgrad.compiled_autograd import replay
 from aotgrad.compiled_autograd.collect import collect
 from aotgrad.compiled_autograd.walk import gradient_edge, walk
-from tests.compiled_autograd.helpers import check, nop_compiler
+from tests.compiled_autograd.helpers import check, current_compiler, same
 
 
 def _roots(out):
@@ -42,7 +42,7 @@ def _find(build, inputs_of=None, grad: bool = False):
     input_edges = [gradient_edge(t) for t in inputs]
     grads = [torch.ones_like(t) for t in roots]
     accumulate = not grad
-    templates = replay.templates_of(nop_compiler)
+    templates = replay.templates_of(current_compiler())
     hit = templates.find(root_edges, input_edges, grads, accumulate)  # through the generated code
     for template in templates._by_structure.values():  # the generic match says the same
         if template.matcher is None:  # generated for every template but those with saved tensor lists
@@ -62,7 +62,7 @@ def _find(build, inputs_of=None, grad: bool = False):
 
 def _same_as_collect(hit, collected) -> None:
     assert hit is not None, "the template did not match a graph of the same structure"
-    assert hit.entries is graph_cache.entries_of(nop_compiler, collected.structure)
+    assert hit.entries is graph_cache.entries_of(current_compiler(), collected.structure)
     assert hit.sizes == collected.sizes.values
     assert len(hit.objects) == len(collected.objects)
     assert all(a is b for a, b in zip(hit.objects, collected.objects))
@@ -75,7 +75,7 @@ def _same_as_collect(hit, collected) -> None:
 
 def _learn(build, inputs_of=None, grad: bool = False, times: int = 1):
     compiled_autograd.reset()
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         for _ in range(times):
             _backward(build, inputs_of, grad)
 
@@ -137,7 +137,7 @@ GRAPHS = {
 def test_a_match_finds_what_collect_finds(name):
     build, inputs_of, grad = GRAPHS[name]
     _learn(build, inputs_of, grad)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         hit, collected, _ = _find(build, inputs_of, grad)
     _same_as_collect(hit, collected)
 
@@ -146,7 +146,7 @@ def test_a_leaf_with_a_post_accumulate_hook_matches():
     W.grad = None
     try:
         _learn(_leaf_post_accumulate)
-        with compiled_autograd.enable(nop_compiler):
+        with compiled_autograd.enable(current_compiler()):
             hit, collected, _ = _find(_leaf_post_accumulate)
         _same_as_collect(hit, collected)
     finally:
@@ -156,7 +156,7 @@ def test_a_leaf_with_a_post_accumulate_hook_matches():
 
 def _no_match(learned, other, inputs_of=None):
     _learn(learned, inputs_of)
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         hit, _, _ = _find(other, inputs_of)
     assert hit is None
 
@@ -169,7 +169,7 @@ def test_the_autocast_state_of_the_backward_is_part_of_the_match():
 
     def matches(out) -> list[bool]:
         edges, grads = [gradient_edge(out)], [torch.ones_like(out)]
-        templates = replay.templates_of(nop_compiler)
+        templates = replay.templates_of(current_compiler())
         generic = [replay.match(t, edges, [], grads, True) is not None for t in templates._by_structure.values()]
         return [templates.find(edges, [], grads, True) is not None] + generic
 
@@ -178,7 +178,7 @@ def test_the_autocast_state_of_the_backward_is_part_of_the_match():
 
     for learned_inside in (False, True):
         compiled_autograd.reset()
-        with compiled_autograd.enable(nop_compiler):
+        with compiled_autograd.enable(current_compiler()):
             out = build()
             with bfloat16() if learned_inside else contextlib.nullcontext():
                 out.backward()
@@ -245,7 +245,7 @@ def test_a_leaf_hook_added_or_removed_since_is_part_of_the_match():
             for learned, other in ((plain, hooked), (hooked, plain)):
                 _learn(learned)
                 remove_hooks()  # the learned graph's hook is gone before the other graph is built
-                with compiled_autograd.enable(nop_compiler):
+                with compiled_autograd.enable(current_compiler()):
                     hit, _, _ = _find(other)
                 remove_hooks()
                 assert hit is None, f"{learned.__name__} then {other.__name__}"
@@ -265,7 +265,7 @@ def test_a_saved_view_with_an_offset_or_other_strides_is_not_a_contiguous_match(
 
 def test_only_sizes_differ_a_match_with_other_sizes():
     _learn(lambda: MLP(X).sum())
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         hit, collected, _ = _find(lambda: MLP(torch.randn(7, 4, requires_grad=True)).sum())
     _same_as_collect(hit, collected)
     assert graph_cache.serving(hit.entries, hit.sizes) is None  # a miss: the slow way captures
@@ -304,6 +304,7 @@ def _counted_fast_hits(fn) -> int:
     return sum(hits)
 
 
+@pytest.mark.all_compilers
 def test_training_steps_hit_the_fast_way_and_match_eager():
     def fn():
         torch.manual_seed(0)
@@ -318,11 +319,11 @@ def test_training_steps_hit_the_fast_way_and_match_eager():
 
     compiled_autograd.reset()
     expected = fn()
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         fast = _counted_fast_hits(fn)
         actual = [p for p in fn()]
     assert fast == 4  # the first backward captures, the other four hit the fast way
-    assert all(torch.equal(a, b) for a, b in zip(expected, actual))
+    assert same(expected, actual)
     assert aotgrad.counters["compiled_autograd"]["captures"] == 1
 
 
@@ -397,7 +398,7 @@ def test_user_saved_tensor_hooks_on_a_later_step_are_honoured():
 
 def test_a_fast_hit_frees_saved_activations_as_the_backward_runs():
     compiled_autograd.reset()
-    with compiled_autograd.enable(nop_compiler):
+    with compiled_autograd.enable(current_compiler()):
         for _ in range(2):
             (X.exp().exp() * 2).sum().backward()
         h = X.exp()
@@ -433,7 +434,7 @@ def test_threads_sharing_one_compiler_share_its_templates():
 
     def run(k: int) -> None:
         try:
-            with compiled_autograd.enable(nop_compiler):
+            with compiled_autograd.enable(current_compiler()):
                 results[k] = steps(models[k], batches[k])
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             errors.append(e)
@@ -445,5 +446,5 @@ def test_threads_sharing_one_compiler_share_its_templates():
         t.join()
     assert not errors, errors
     for k in range(2):
-        assert all(torch.equal(a, b) for a, b in zip(expected[k], results[k]))
+        assert same(expected[k], results[k])
     assert aotgrad.counters["compiled_autograd"]["hits"] >= 30

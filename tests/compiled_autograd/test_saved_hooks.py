@@ -1,12 +1,14 @@
 """Saved tensors packed by the user's `saved_tensors_hooks` (save_on_cpu, offloading to disk):
 every backward reads its own saved tensors through the user's unpack hook, as in eager, also
 when the graph comes from the cache (aotgrad/compiled_autograd/saved.py `packed_by_user`)."""
+import pytest
 import torch
 
 from aotgrad import compiled_autograd
-from tests.compiled_autograd.helpers import check
+from tests.compiled_autograd.helpers import check, current_compiler
 
 
+@pytest.mark.all_compilers
 def test_each_backward_reads_its_own_hooked_saved_tensors():
     def fn():
         a = torch.randn(5, requires_grad=True)
@@ -57,7 +59,7 @@ def test_unpack_hook_runs_once_per_saved_tensor_per_backward():
 def test_graph_captured_without_hooks_then_hooked_backward():
     x = torch.randn(4, requires_grad=True)
     compiled_autograd.reset()
-    with compiled_autograd.enable(lambda gm: gm):
+    with compiled_autograd.enable(current_compiler()):
         (x * x).sum().backward()
         first = x.grad.clone()
         x.grad = None
