@@ -92,13 +92,26 @@ class _Size(_Tensor):
 class Site:
     """One call out of the graph: `function(*args)` with holes in `args`, and which of its
     results are tensors (`results`: None for none, True for one value, a tuple of bools for a
-    list, True where the capture got a tensor)."""
-    __slots__ = ("function", "args", "results")
+    list, True where the capture got a tensor). `fill(objects, tensors, sizes, compiled)` makes
+    the arguments: generated from `args` when they are set (one expression, as `filled` would
+    make them: on a cache hit every call out pays for it)."""
+    __slots__ = ("function", "_args", "results", "fill")
 
     def __init__(self, function: Callable, args: tuple, results):
         self.function = function
         self.args = args
         self.results = results
+
+    @property
+    def args(self) -> tuple:
+        return self._args
+
+    @args.setter
+    def args(self, args: tuple) -> None:
+        self._args = args
+        constants: list = []
+        source = f"lambda o, t, s, c: ({''.join(_expression(a, constants) + ', ' for a in args)})"
+        self.fill = eval(source, {"k": constants})  # noqa: S307 - our own expression, from `args`
 
     def __repr__(self):
         return f"{self.function.__name__}{self.args!r}"
@@ -175,7 +188,9 @@ def _promised(promise: str) -> tuple:
     return tuple(out)
 
 
-def _fill(value, objects: list, tensors: list, sizes: list, compiled: bool):
+def filled(value, objects: list, tensors: list, sizes: list, compiled: bool):
+    """`value` with its holes filled: what a site's generated `fill` computes, one argument at a
+    time (the reference the tests hold the generated code to)."""
     kind = type(value)
     if kind is _Tensor:
         return tensors[value.index]
@@ -186,8 +201,29 @@ def _fill(value, objects: list, tensors: list, sizes: list, compiled: bool):
     if kind is WhenRunAsPython:
         return value.value and not compiled
     if kind is tuple or kind is list:
-        return kind(_fill(v, objects, tensors, sizes, compiled) for v in value)
+        return kind([filled(v, objects, tensors, sizes, compiled) for v in value])
     return value
+
+
+def _expression(value, constants: list) -> str:
+    """Python for `filled(value, o, t, s, c)`; other values are read from `constants` (k)."""
+    kind = type(value)
+    if kind is _Tensor:
+        return f"t[{value.index}]"
+    if kind is Object:
+        return f"o[{value.index}]"
+    if kind is _Size:
+        return f"s[{value.index}]"
+    if kind is WhenRunAsPython:
+        return "(not c)" if value.value else "False"
+    if kind is list:
+        return f"[{', '.join(_expression(v, constants) for v in value)}]"
+    if kind is tuple:
+        return f"({''.join(_expression(v, constants) + ', ' for v in value)})"
+    if value is None or kind is bool or kind is int:
+        return repr(value)
+    constants.append(value)
+    return f"k[{len(constants) - 1}]"
 
 
 class _Call:
@@ -206,7 +242,7 @@ class _Call:
     def run(self, index: int, tensors: list, sizes: list, compiled: bool = False) -> list:
         self.ran += 1
         site = self.sites[index]
-        return site.flatten(site.function(*_fill(site.args, self.objects, tensors, sizes, compiled)))
+        return site.flatten(site.function(*site.fill(self.objects, tensors, sizes, compiled)))
 
     def is_undefined(self, value) -> bool:
         return any(value is u for u in self.undefined)

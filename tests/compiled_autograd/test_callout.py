@@ -10,6 +10,7 @@ from torch.autograd import Variable
 
 import aotgrad
 from aotgrad import compiled_autograd
+from aotgrad.compiled_autograd import callout
 from tests.compiled_autograd.helpers import check, compiler_name, current_compiler
 
 
@@ -147,6 +148,7 @@ def test_an_error_in_a_hook_is_eagers_and_nothing_after_it_runs():
     check(fn)
 
 
+@pytest.mark.one_compiler  # calls the captured graph itself
 def test_the_graph_called_outside_its_backward_says_so():
     graphs = []
 
@@ -317,3 +319,37 @@ def test_a_custom_backward_that_differentiates_something_itself():
         return [x.grad]
 
     check(fn)
+
+
+@pytest.mark.one_compiler  # its own: reads the graph's sites
+def test_each_sites_generated_fill_makes_the_arguments_the_reference_makes():
+    """A site's `fill` is Python generated from its arguments (callout.Site); `filled` is the
+    plain reading of the same arguments."""
+    graphs = []
+
+    def compiler(gm):
+        graphs.append(gm)
+        return gm
+
+    x = torch.randn(3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    with compiled_autograd.enable(compiler):
+        h = x.sin() * w
+        h.register_hook(lambda g: g * 2)
+        h.grad_fn.register_prehook(lambda gs: None)
+        h.grad_fn.register_hook(lambda gi, go: None)
+        w.register_post_accumulate_grad_hook(lambda p: None)
+        k = KeepsItsGradient.apply(h)
+        k.grad_fn.kept = []
+        (_square(h, []) * k).sum().backward()
+    sites = graphs[0].meta["call_out_sites"]
+    assert {s.function.__name__ for s in sites} >= {"tensor_hooks", "pre_hooks", "post_hooks", "custom_backward",
+                                                    "accumulate_grad"}
+    holes = [object() for _ in range(64)]
+    for site in sites:
+        for compiled in (False, True):
+            generated = site.fill(holes, holes[::-1], holes[1:], compiled)
+            reference = callout.filled(site.args, holes, holes[::-1], holes[1:], compiled)
+            assert len(generated) == len(reference)
+            for a, b in zip(generated, reference):
+                assert a is b or a == b, (site, a, b)
