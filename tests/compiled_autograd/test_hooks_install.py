@@ -115,7 +115,7 @@ def test_hook_of_a_tensor_gone_before_the_first_enable_runs_eagerly():
         del h
         with aotgrad.compiled_autograd.enable(lambda gm: gm):
             y.backward()
-            counts = dict(aotgrad.counters["compiled_autograd"])
+            counts = aotgrad.counters["compiled_autograd"].copy()
             print("eager", calls, torch.equal(x.grad, 6 * x.detach().cos()), counts["eager_fallbacks"], counts["captures"])
             x.grad = None
             del y
@@ -138,6 +138,7 @@ def test_hook_dicts_held_by_python_objects_do_not_stop_compiling(where):
             torch.optim.SGD(model.parameters(), lr=0.1).register_step_post_hook(lambda *a: None)
         with aotgrad.compiled_autograd.enable(lambda gm: gm):
             model(torch.randn(2, 3)).sum().backward()
-        print("counters", dict(aotgrad.counters["compiled_autograd"]))
+        counts = aotgrad.counters["compiled_autograd"]
+        print("counters", counts["captures"], counts["eager_fallbacks"])
     """)
-    assert "'captures': 1" in out and "'eager_fallbacks': 0" in out, out
+    assert "counters 1 0" in out, out
