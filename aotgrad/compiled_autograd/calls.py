@@ -8,6 +8,7 @@ and the engine's check of each gradient against the input it flows to.
 """
 from __future__ import annotations
 
+import warnings
 
 import torch
 
@@ -144,6 +145,8 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
             variable.grad = grad.detach()
         else:
             variable.grad = _clone_obeying_layout(grad, variable)
+    elif old.layout is not torch.strided:  # a sparse `.grad` takes a dense gradient out of place, as in eager
+        variable.grad = grad + old
     else:
         old += grad
     # the post-accumulate-grad hooks: checked as tensor hooks are; only the leaf itself may come back
@@ -181,6 +184,7 @@ class SavedTensorsView:
 
     @property
     def saved_variables(self):
+        warnings.warn("'saved_variables' is deprecated; use 'saved_tensors'", DeprecationWarning, stacklevel=2)
         return self.saved_tensors
 
     def __getattr__(self, name):

@@ -99,8 +99,12 @@ def _eager_reason(tensors, grad_tensors, create_graph, inputs) -> str | None:
     if torch.is_anomaly_enabled():
         return "anomaly detection (torch.autograd.detect_anomaly) checks every node's results in the eager engine"
     for t in (*tensors, *inputs):
-        if not (t.requires_grad if type(t) is not GradientEdge else True):
+        if type(t) is GradientEdge:
+            continue
+        if not t.requires_grad:
             return "a tensor that does not require grad (the eager engine raises its error)"
+        if t.layout is not torch.strided or t.is_nested:
+            return f"a {'nested' if t.is_nested else t.layout} tensor: captured graphs take dense strided tensors only"
     for g in grad_tensors:
         if g is None:
             return "a root without a gradient"

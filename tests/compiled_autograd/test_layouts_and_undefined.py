@@ -105,3 +105,34 @@ def test_error_raised_by_a_node_shared_by_several_graphs_is_raised_each_time():
         out = x.clone().view(-1) + y_safe
         (gx,) = torch.autograd.grad(out.sum(), x)
     assert torch.equal(gx, torch.ones(2))
+
+
+def test_dense_gradient_into_a_sparse_grad_is_added_out_of_place():
+    """AccumulateGrad with a sparse `.grad` and a dense gradient: `.grad = grad + old`, as eager
+    (sparse += dense is refused)."""
+    def fn():
+        w = torch.randn(3, 4, requires_grad=True)
+        w.grad = torch.randn(3, 4).to_sparse()
+        (w * 2).sum().backward()
+        return [w.grad.layout, w.grad]
+    check(fn)
+
+
+def test_saved_variables_warns_as_deprecated():
+    class Saving(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_variables
+            return g * 2
+
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        with pytest.warns(DeprecationWarning, match="'saved_variables' is deprecated"):
+            Saving.apply(x).sum().backward()
+        return [x.grad]
+    check(fn)
