@@ -270,6 +270,14 @@ def expect_grad(name: str, index: int, grad, shape, dtype, device, may_be_none: 
             "there (e.g. `torch.zeros_like(x)`), or run this backward outside "
             "`aotgrad.compiled_autograd.enable`.")
     grad = check_grad(name, index, grad, shape, dtype, device)
+    if grad is not None and grad.layout is not torch.strided:  # a sparse gradient, as eager lets through
+        if may_be_none:  # straight into `.grad` or a result: as it is, as in eager
+            return grad
+        from aotgrad.errors import UnsupportedError
+        raise UnsupportedError(
+            f"{name} returned a {grad.layout} gradient at index {index}, where compiled autograd captured this "
+            "backward with a dense one flowing on into other nodes. Return a dense gradient there, or run this "
+            "backward outside `aotgrad.compiled_autograd.enable`.")
     return grad.contiguous() if grad is not None else None
 
 

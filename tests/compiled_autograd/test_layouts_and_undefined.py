@@ -136,3 +136,35 @@ def test_saved_variables_warns_as_deprecated():
             Saving.apply(x).sum().backward()
         return [x.grad]
     check(fn)
+
+
+def test_undefined_gradient_through_an_in_place_write_into_a_view():
+    """CopySlices (an in-place write into a view) given an undefined gradient passes undefined
+    gradients on, as in eager (gradcheck's undefined-gradient check of in-place view ops)."""
+    def f(a, b):
+        base = a.clone()
+        base[1:].mul_(b)
+        return base, b.sin()
+    a = torch.randn(3, dtype=torch.double, requires_grad=True)
+    b = torch.randn(2, dtype=torch.double, requires_grad=True)
+    compiled_autograd.reset()
+    with compiled_autograd.enable(lambda gm: gm):
+        assert torch.autograd.gradcheck(f, (a, b), check_undefined_grad=True)
+    assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] == 0
+
+
+def test_sparse_gradient_from_a_custom_backward_reaches_the_result_as_in_eager():
+    class ToSparse(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.to_sparse()
+
+    def fn():
+        x = torch.randn(3, dtype=torch.double, requires_grad=True)
+        (g,) = torch.autograd.grad(ToSparse.apply(x).sum(), x)
+        return [g.layout, g.to_dense()]
+    check(fn)
