@@ -23,3 +23,19 @@ def function_apply_impl() -> Callable:
     if isinstance(apply, classmethod):
         return apply.__func__
     return apply
+
+
+def fake_from_real(fake_mode, real: torch.Tensor, **options) -> torch.Tensor:
+    """`fake_mode.from_tensor(real, **options)`, knowing nothing of `real`'s values.
+
+    2.14: a fake made from a real 0-d integer or float64 tensor by a mode without a ShapeEnv
+    (aotgrad's static traces), outside a TracingContext, remembers the real value, and
+    `.item()` on it returns that value instead of raising. A graph traced that way would serve
+    other values of the input with the first one baked in (`x.narrow(0, start_tensor, 2)`
+    returned the slice at the traced start). Up to 2.13 `.item()` raised there, and aotgrad
+    says the function needs real values; forgetting the value keeps that on every release.
+    """
+    fake = fake_mode.from_tensor(real, **options)
+    if getattr(fake, "item_memo", None) is not None and fake_mode.shape_env is None:
+        fake.item_memo = None
+    return fake

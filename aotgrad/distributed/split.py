@@ -17,6 +17,7 @@ import torch.fx as fx
 from torch._guards import TracingContext, detect_fake_mode
 from torch.fx.passes.split_module import split_module
 
+from aotgrad import compat
 from aotgrad.errors import UnsupportedError
 from aotgrad.runtime.boxed import is_boxed
 from aotgrad.simplified import symbolic_examples
@@ -81,5 +82,5 @@ def compile_pieces(split_gm: fx.GraphModule, example_inputs: Sequence[Any], orig
 def _fake(fake_mode, value):
     if fake_mode is None or not isinstance(value, torch.Tensor) or isinstance(value, torch._subclasses.FakeTensor):
         return value
-    return fake_mode.from_tensor(value, static_shapes=True)
+    return compat.fake_from_real(fake_mode, value, static_shapes=True)
 
