@@ -39,3 +39,22 @@ def fake_from_real(fake_mode, real: torch.Tensor, **options) -> torch.Tensor:
     if getattr(fake, "item_memo", None) is not None and fake_mode.shape_env is None:
         fake.item_memo = None
     return fake
+
+
+def aten_overloads(*names: str) -> frozenset:
+    """The aten overloads among `names` ("packet.overload") that this torch has: the op set
+    grows and shrinks between releases."""
+    found = set()
+    for name in names:
+        packet, overload = name.split(".")
+        try:
+            found.add(getattr(getattr(torch.ops.aten, packet), overload))
+        except (AttributeError, RuntimeError):
+            continue
+    return frozenset(found)
+
+
+# In-place ops besides `set_` that give a tensor another tensor's storage and geometry.
+# 2.14 added `aten.shallow_copy_data_(self, source)`: Dynamo records `x.data = y` with it, where
+# up to 2.13 it recorded `set_`. No functional graph can express either.
+STORAGE_REPLACING_OPS = aten_overloads("shallow_copy_data_.default")

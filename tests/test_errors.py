@@ -126,6 +126,19 @@ def test_the_value_of_a_zero_dim_input_is_never_baked_into_the_trace():
         aotgrad.aot_function(lambda x: narrows_at(x, CAPTURED_START), aotgrad.nop)(torch.randn(3, 5))
 
 
+def assigns_data(x, y):
+    x.data = y * 2
+    return x + 1
+
+
+def test_assigning_data_under_torch_compile_is_refused_as_a_storage_replacement():
+    # Dynamo records `x.data = y` as `set_` up to torch 2.13 and as `shallow_copy_data_` on 2.14
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"replaces a tensor's storage.*`x.data = y`"):
+        torch.compile(assigns_data, backend="aotgrad")(torch.randn(3), torch.randn(3))
+    torch._dynamo.reset()
+
+
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
 def test_sparse_input_is_named_with_the_workaround():
     with pytest.raises(UnsupportedError) as info:
