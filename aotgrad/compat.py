@@ -58,3 +58,19 @@ def aten_overloads(*names: str) -> frozenset:
 # 2.14 added `aten.shallow_copy_data_(self, source)`: Dynamo records `x.data = y` with it, where
 # up to 2.13 it recorded `set_`. No functional graph can express either.
 STORAGE_REPLACING_OPS = aten_overloads("shallow_copy_data_.default")
+
+
+def custom_backward_fn(ctx) -> Callable:
+    """The user's `backward` (or `vjp`) that a custom Function's node calls, `fn(ctx, *grads)`.
+
+    2.13 and later ask the node (`BackwardCFunction._get_user_fn`, added with `boxed_grads_call`);
+    2.11 chooses inside `BackwardCFunction.apply`, which cannot be called with another ctx. The
+    choice is the same: `vjp` if the class defines it, else `backward`, and never both.
+    """
+    if hasattr(ctx, "_get_user_fn"):
+        return ctx._get_user_fn()
+    cls, base = ctx._forward_cls, torch.autograd.Function
+    if cls.vjp is not base.vjp and cls.backward is not base.backward:
+        raise RuntimeError("Implementing both 'backward' and 'vjp' for a custom Function is not allowed. "
+                           "You should only implement one of them.")
+    return cls.vjp if cls.vjp is not base.vjp else cls.backward

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
 
 
@@ -199,7 +200,7 @@ def custom_backward(ctx, saved: list, grads: list, positions: tuple) -> list:
     args = _materialized(ctx, grads)
     if getattr(ctx._forward_cls, "boxed_grads_call", False):
         args = [args]
-    result = ctx._get_user_fn()(view, *args)
+    result = compat.custom_backward_fn(ctx)(view, *args)
     if not isinstance(result, tuple):
         result = (result,)
     name = ctx.name()
