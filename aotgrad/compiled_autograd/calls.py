@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
 
 
@@ -203,7 +204,7 @@ def custom_backward(ctx, saved: list, grads: list, positions: tuple) -> list:
     args = _materialized(ctx, grads)
     if getattr(ctx._forward_cls, "boxed_grads_call", False):
         args = [args]
-    result = ctx._get_user_fn()(view, *args)
+    result = compat.custom_backward_fn(ctx)(view, *args)
     if not isinstance(result, tuple):
         result = (result,)
     name = ctx.name()

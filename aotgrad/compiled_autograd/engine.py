@@ -20,6 +20,7 @@ from torch.autograd.graph import GradientEdge
 from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from aotgrad import compat
 from aotgrad.compiled_autograd import cache as graph_cache
 from aotgrad.compiled_autograd import calls, reducers, replay
 from aotgrad.compiled_autograd import hooks as hook_lookup
@@ -178,8 +179,7 @@ class CompiledAutograd:
         if not accumulate_grad:
             unused = [i for i, r in enumerate(results) if r is None]
             if unused and not allow_unreachable:
-                raise RuntimeError(f"The differentiated Tensor at index {unused[0]} appears to not have been used "
-                                   "in the graph. Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(compat.UNUSED_INPUT_MESSAGE.format(index=unused[0]))
             return tuple(results)
         return ()
 
