@@ -32,12 +32,16 @@ WRONG_MARKS = ("Tensor-likes are not", "Scalars are not", "Tensor-likes are not 
                "not close", "False is not true", "True is not false", "!=")
 
 
-def run_mode(mode: str, tests: str, test_file: str, jobs: int, timeout: int, select: str | None) -> dict:
-    """{test id: {"outcome", "error", "counters"}} for one mode."""
+def run_mode(mode: str, tests: str, test_file: str, jobs: int, timeout: int, select: str | None,
+             subset: tuple[int, int] = (0, 1)) -> dict:
+    """{test id: {"outcome", "error", "counters"}} for one mode; `subset` (i, n): only every
+    n-th test from the i-th (split further over the jobs)."""
     folder = tempfile.mkdtemp(prefix=f"upstream-{mode}-")
     processes = []
+    first, every = subset
     for shard in range(jobs):
-        env = dict(os.environ, AOTGRAD_UPSTREAM_MODE=mode, AOTGRAD_UPSTREAM_SHARD=f"{shard}/{jobs}",
+        env = dict(os.environ, AOTGRAD_UPSTREAM_MODE=mode,
+                   AOTGRAD_UPSTREAM_SHARD=f"{first + shard * every}/{jobs * every}",
                    AOTGRAD_UPSTREAM_RESULTS=os.path.join(folder, f"{shard}.jsonl"),
                    AOTGRAD_UPSTREAM_TIMEOUT=str(timeout),
                    PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))

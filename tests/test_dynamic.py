@@ -2,9 +2,11 @@
 
 aot_function(..., dynamic=True) traces with symbolic sizes; these tests sweep sizes and
 compare outputs and gradients with eager, and count how often the graphs were compiled."""
+import pytest
 import torch
 
 import aotgrad
+from tests import torch_features
 
 
 class Counting:
@@ -111,15 +113,23 @@ def test_a_view_of_an_input_at_a_data_dependent_offset_is_rebuilt_per_call():
 
 
 def test_composite_ops_run_their_python_kernels_with_symbolic_sizes():
-    """Ops whose C++ composite kernels want int sizes (addcmul, diag, trace, rfft, softshrink)
+    """Ops whose C++ composite kernels want int sizes (addcmul, diag, rfft, softshrink)
     trace through PyTorch's Python kernels when sizes are symbols."""
     def fn(x, y):
         square = torch.addcmul(x, x, y) @ x.t()
         spectrum = torch.fft.rfft(x).abs().sum(-1)
-        return torch.diag(square).sum() + torch.trace(square) + spectrum.sum() \
-            + torch.nn.functional.softshrink(y).sum()
+        return torch.diag(square).sum() + spectrum.sum() + torch.nn.functional.softshrink(y).sum()
     compiler = _check_sweep(fn, lambda n: (torch.randn(n, 2 * n, requires_grad=True),
                                            torch.randn(n, 2 * n, requires_grad=True)), [3, 5, 8])
+    assert len(compiler.graphs) == 2
+
+
+@pytest.mark.skipif(not torch_features.trace_backward_takes_symbolic_sizes(),
+                    reason=torch_features.TRACE_BACKWARD_REASON)
+def test_trace_backward_with_symbolic_sizes():
+    def fn(x):
+        return torch.trace(x @ x.t())
+    compiler = _check_sweep(fn, lambda n: (torch.randn(n, 2 * n, requires_grad=True),), [3, 5, 8])
     assert len(compiler.graphs) == 2
 
 

@@ -109,6 +109,36 @@ def test_tensor_split_with_tensor_indices_needs_real_values():
     assert "test_errors.py" in message and "torch.tensor_split(x, indices)" in message
 
 
+def narrows_at(x, start):
+    return torch.narrow(x, 1, start, 2)
+
+
+CAPTURED_START = torch.tensor(1)
+
+
+def test_the_value_of_a_zero_dim_input_is_never_baked_into_the_trace():
+    # torch 2.14's fake of a real 0-d integer tensor remembers its value (aotgrad/compat.py,
+    # fake_from_real): the trace must still not read it, or every later start would be served
+    # the traced one; on every release this needs real values, as `.item()` does
+    with pytest.raises(TraceError, match="needs real tensor values"):
+        aotgrad.aot_function(narrows_at, aotgrad.nop)(torch.randn(3, 5), torch.tensor(2))
+    with pytest.raises(TraceError, match="needs real tensor values"):  # a captured tensor: the same
+        aotgrad.aot_function(lambda x: narrows_at(x, CAPTURED_START), aotgrad.nop)(torch.randn(3, 5))
+
+
+def assigns_data(x, y):
+    x.data = y * 2
+    return x + 1
+
+
+def test_assigning_data_under_torch_compile_is_refused_as_a_storage_replacement():
+    # Dynamo records `x.data = y` as `set_` up to torch 2.13 and as `shallow_copy_data_` on 2.14
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"replaces a tensor's storage.*`x.data = y`"):
+        torch.compile(assigns_data, backend="aotgrad")(torch.randn(3), torch.randn(3))
+    torch._dynamo.reset()
+
+
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
 def test_sparse_input_is_named_with_the_workaround():
     with pytest.raises(UnsupportedError) as info:

@@ -9,9 +9,11 @@ inputs they flow to (`validate_outputs`, before the node's post hooks, as in eag
 """
 from __future__ import annotations
 
+import warnings
 
 import torch
 
+from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
 
 
@@ -145,6 +147,8 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
             variable.grad = grad.detach()
         else:
             variable.grad = _clone_obeying_layout(grad, variable)
+    elif old.layout is not torch.strided:  # a sparse `.grad` takes a dense gradient out of place, as in eager
+        variable.grad = grad + old
     else:
         old += grad
     # the post-accumulate-grad hooks: checked as tensor hooks are; only the leaf itself may come back
@@ -182,6 +186,7 @@ class SavedTensorsView:
 
     @property
     def saved_variables(self):
+        warnings.warn("'saved_variables' is deprecated; use 'saved_tensors'", DeprecationWarning, stacklevel=2)
         return self.saved_tensors
 
     def __getattr__(self, name):
@@ -200,7 +205,7 @@ def custom_backward(ctx, saved: list, grads: list, positions: tuple, checks: tup
     args = _materialized(ctx, grads)
     if getattr(ctx._forward_cls, "boxed_grads_call", False):
         args = [args]
-    result = ctx._get_user_fn()(view, *args)
+    result = compat.custom_backward_fn(ctx)(view, *args)
     if not isinstance(result, tuple):
         result = (result,)
     name = ctx.name()
@@ -276,6 +281,14 @@ def expect_grad(name: str, index: int, grad, shape, dtype, device, may_be_none: 
             "there (e.g. `torch.zeros_like(x)`), or run this backward outside "
             "`aotgrad.compiled_autograd.enable`.")
     grad = check_grad(name, index, grad, shape, dtype, device)
+    if grad is not None and grad.layout is not torch.strided:  # a sparse gradient, as eager lets through
+        if may_be_none:  # straight into `.grad` or a result: as it is, as in eager
+            return grad
+        from aotgrad.errors import UnsupportedError
+        raise UnsupportedError(
+            f"{name} returned a {grad.layout} gradient at index {index}, where compiled autograd captured this "
+            "backward with a dense one flowing on into other nodes. Return a dense gradient there, or run this "
+            "backward outside `aotgrad.compiled_autograd.enable`.")
     return grad.contiguous() if grad is not None else None
 
 

@@ -23,7 +23,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from aotgrad.compiled_autograd import callout, calls
 from aotgrad.compiled_autograd.hooks import tensor_positions
-from aotgrad.compiled_autograd.collect import ACCUMULATE, AOTGRAD, CUSTOM, TRACED, UNDEFINED, Collected, StepPlan
+from aotgrad.compiled_autograd.collect import (
+    ACCUMULATE, AOTGRAD, CUSTOM, OPAQUE, TRACED, UNDEFINED, Collected, StepPlan)
 from aotgrad.compiled_autograd.dynamic import FORMULAS, Symbols
 from aotgrad.compiled_autograd.saved import EagerFallback
 from aotgrad.compiled_autograd.walk import Walk
@@ -196,6 +197,11 @@ def _symbolic_values(builder: _Builder, plan: StepPlan) -> dict | None:
     return values
 
 
+# Nodes run as is that return undefined gradients when every gradient they get is undefined
+# (as built-in nodes do), so the graph passes None on instead of calling them.
+UNDEFINED_IN_UNDEFINED_OUT = {"torch::autograd::CopySlices"}
+
+
 def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, where: _Objects, grads: list,
               fakes: list, incoming: dict) -> list:
     node = step.node
@@ -224,7 +230,8 @@ def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, 
         return []
     if plan.kind is AOTGRAD:
         return _aotgrad_backward(builder, node, grads, fakes)
-    if plan.kind is UNDEFINED:
+    if plan.kind is UNDEFINED or (plan.kind is OPAQUE and node.name() in UNDEFINED_IN_UNDEFINED_OUT
+                                  and all(g is None for g in grads)):
         return [None] * len(node.next_functions)
     out = _output_fakes(builder, walk, plans, step)
     checks = _checks(builder, walk, plans, step, plan, incoming)

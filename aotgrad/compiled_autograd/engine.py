@@ -21,6 +21,7 @@ from torch.autograd.graph import GradientEdge
 from torch.autograd.variable import Variable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from aotgrad import compat
 from aotgrad.compiled_autograd import cache as graph_cache
 from aotgrad.compiled_autograd import callout, calls, reducers, replay
 from aotgrad.compiled_autograd import hooks as hook_lookup
@@ -100,8 +101,12 @@ def _eager_reason(tensors, grad_tensors, create_graph, inputs) -> str | None:
     if torch.is_anomaly_enabled():
         return "anomaly detection (torch.autograd.detect_anomaly) checks every node's results in the eager engine"
     for t in (*tensors, *inputs):
-        if not (t.requires_grad if type(t) is not GradientEdge else True):
+        if type(t) is GradientEdge:
+            continue
+        if not t.requires_grad:
             return "a tensor that does not require grad (the eager engine raises its error)"
+        if t.layout is not torch.strided or t.is_nested:
+            return f"a {'nested' if t.is_nested else t.layout} tensor: captured graphs take dense strided tensors only"
     for g in grad_tensors:
         if g is None:
             return "a root without a gradient"
@@ -192,8 +197,7 @@ class CompiledAutograd:
         if not accumulate_grad:
             unused = [i for i, r in enumerate(results) if r is None]
             if unused and not allow_unreachable:
-                raise RuntimeError(f"The differentiated Tensor at index {unused[0]} appears to not have been used "
-                                   "in the graph. Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(compat.UNUSED_INPUT_MESSAGE.format(index=unused[0]))
             return tuple(results)
         return ()
 

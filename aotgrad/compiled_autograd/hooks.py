@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.autograd.function import _is_setup_context_defined
+from torch.overrides import handle_torch_function, has_torch_function_unary
 
 from aotgrad import compat
 
@@ -71,12 +72,23 @@ def _recording_tensor_register_hook(original):
     # replayed again, through the wrapper, without end (RecursionError), so Dynamo skips it
     @torch.compiler.disable
     def register_hook(self, hook):
+        # As torch's own method: a torch function mode or subclass gets this wrapper as `func`
+        # (`original` dispatches by the name `Tensor.register_hook`, now this wrapper: recursion)
+        if has_torch_function_unary(self):
+            return handle_torch_function(register_hook, (self,), self, hook)
         handle = original(self, hook)
         hooks = self._backward_hooks
         _mark_tensor_hooks(self, hooks)
         return handle
     register_hook.__doc__ = original.__doc__
-    return register_hook
+    return _outside_dynamo(register_hook)
+
+
+def _outside_dynamo(wrapper):
+    """Dynamo must not compile a recording wrapper as a frame of its own: installed after Dynamo
+    has seen torch's method, the wrapper is user code to it, and tracing it re-enters it. Code
+    Dynamo traces handles `x.register_hook(...)` and friends itself (by the method's name)."""
+    return torch._dynamo.disable(wrapper, recursive=False)
 
 
 def _mark_tensor_hooks(tensor, hooks) -> None:
@@ -89,11 +101,13 @@ def _mark_tensor_hooks(tensor, hooks) -> None:
 def _recording_retain_grad(original):
     @torch.compiler.disable  # (as register_hook above)
     def retain_grad(self):
+        if has_torch_function_unary(self):
+            return handle_torch_function(retain_grad, (self,), self)
         original(self)
         if self.grad_fn is not None:
             _retaining[id(self)] = self
     retain_grad.__doc__ = original.__doc__
-    return retain_grad
+    return _outside_dynamo(retain_grad)
 
 
 def _recording_set_materialize_grads(original):
@@ -192,15 +206,7 @@ def _record_existing() -> None:
     for obj in gc.get_objects():
         kind = type(obj)  # (not isinstance: it reads `__class__`, which some module objects warn about)
         if issubclass(kind, torch.Tensor):
-            hooks = obj._backward_hooks
-            if hooks:
-                tensor_dicts.add(id(hooks))
-                if obj.grad_fn is not None:
-                    _mark_tensor_hooks(obj, hooks)
-            if obj.grad_fn is not None and obj.retains_grad:
-                _retaining[id(obj)] = obj
-            if obj._post_accumulate_grad_hooks is not None:
-                tensor_dicts.add(id(obj._post_accumulate_grad_hooks))
+            _record_tensor(obj, tensor_dicts)
         elif issubclass(kind, backward_function):
             obj._aotgrad_unrecorded = True
         elif _is_hook_dict(obj):
@@ -218,6 +224,23 @@ def _record_existing() -> None:
         log.info("compiled autograd: %d hook dicts registered before the first enable() are held by autograd "
                  "nodes only; backwards run on PyTorch's engine until each is found on a node or freed",
                  len(_unresolved))
+
+
+def _record_tensor(t: torch.Tensor, tensor_dicts: set) -> None:
+    """A live tensor's hooks and retain_grad, recorded as if registered now; its hook dicts
+    noted in `tensor_dicts` (they are not node hook dicts)."""
+    for hooks in (t._backward_hooks, t._post_accumulate_grad_hooks):
+        if hooks:
+            tensor_dicts.add(id(hooks))
+    try:
+        grad_fn = t.grad_fn
+    except RuntimeError:  # a view autograd has invalidated (its base written in place): no backward reaches it
+        return
+    if grad_fn is not None:
+        if t._backward_hooks:
+            _mark_tensor_hooks(t, t._backward_hooks)
+        if t.retains_grad:
+            _retaining[id(t)] = t
 
 
 def _held_by_python(candidates: list) -> set:

@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 from torch._guards import TracingContext, detect_fake_mode
-from torch.fx.passes.split_module import split_module
 
 from aotgrad import compat
 from aotgrad.errors import UnsupportedError
@@ -42,8 +41,7 @@ class CompiledPiece(torch.nn.Module):
 def split(gm: fx.GraphModule, partition: dict) -> fx.GraphModule:
     """`gm` cut into `submod_<k>` pieces by `partition` (node -> bucket index, in forward order)."""
     try:
-        return split_module(gm, None, lambda node: partition[node], keep_original_order=True,
-                            **compat.split_module_tuple_return())
+        return compat.split_module_into_tuples(gm, None, lambda node: partition[node], keep_original_order=True)
     except AssertionError as e:
         raise UnsupportedError(
             f"DDP graph splitting: torch.fx could not cut this graph at the bucket boundaries ({e}). "
@@ -83,5 +81,5 @@ def compile_pieces(split_gm: fx.GraphModule, example_inputs: Sequence[Any], orig
 def _fake(fake_mode, value):
     if fake_mode is None or not isinstance(value, torch.Tensor) or isinstance(value, torch._subclasses.FakeTensor):
         return value
-    return fake_mode.from_tensor(value, static_shapes=True)
+    return compat.fake_from_real(fake_mode, value, static_shapes=True)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from aotgrad import compat
 from aotgrad.errors import UnsupportedError
 from aotgrad.trace.tracer import written_argument_specs
 
@@ -72,6 +73,7 @@ RESIZES = {aten.resize_.default, aten.resize_as_.default}
 _NEVER = {
     aten.set_.source_Tensor, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
     aten.set_.source_Tensor_storage_offset, aten.set_.default,
+    *compat.STORAGE_REPLACING_OPS,  # `x.data = y` under Dynamo on 2.14
 }
 
 
@@ -116,7 +118,7 @@ def mutation_rule(op) -> MutationRule:
         raise UnsupportedError(
             f"aotgrad cannot compile `{op}`: it replaces a tensor's storage or size in place, "
             "which a functional graph cannot express. To continue: build a new tensor instead "
-            "(e.g. `x = y.clone()` rather than `x.set_(y)` or `x.resize_(...)`).")
+            "(e.g. `x = y.clone()` rather than `x.set_(y)`, `x.data = y` or `x.resize_(...)`).")
     for functional in _functional_candidates(op):
         rule = _rule_from_schemas(op, functional)
         if rule is not None:

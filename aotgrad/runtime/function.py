@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
 from aotgrad.runtime.boxed import as_boxed
 from aotgrad.runtime.epilogue import Epilogue
@@ -205,6 +206,7 @@ def _saved_tensors_read(ctx, reads: tuple[bool, ...]) -> tuple:
     except RuntimeError as e:
         if "modified by an inplace operation" not in str(e) or torch.is_grad_enabled():
             raise  # freed by an earlier backward; or create_graph, where tensors need their history
+        error = e
     raw = ctx._raw_saved_tensors
     output_versions = dict(zip(ctx.plan.saved_outputs, ctx.output_versions))
     saved = []
@@ -220,7 +222,7 @@ def _saved_tensors_read(ctx, reads: tuple[bool, ...]) -> tuple:
                     f"{tensor._version}; expected version {output_versions[i]} instead.")
             saved.append(tensor)
         else:
-            saved.append(entry.unpack())  # autograd's own check and message
+            saved.append(compat.unpack_saved(entry, error))  # autograd's own check and message
     return tuple(saved)
 
 

@@ -13,6 +13,8 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from aotgrad import compat
+
 
 def fake_mode_for(example_inputs: Sequence[Any], dynamic: bool = False) -> FakeTensorMode:
     """The fake mode of the example inputs if they are fake, else a fresh one (with a
@@ -32,4 +34,4 @@ def fake_mode_for(example_inputs: Sequence[Any], dynamic: bool = False) -> FakeT
 def to_fake(fake_mode: FakeTensorMode, value: Any, dynamic: bool = False) -> Any:
     if isinstance(value, FakeTensor) or not isinstance(value, torch.Tensor):
         return value
-    return fake_mode.from_tensor(value, static_shapes=not (dynamic and fake_mode.shape_env is not None))
+    return compat.fake_from_real(fake_mode, value, static_shapes=not (dynamic and fake_mode.shape_env is not None))

@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
 
+from aotgrad import compat
 from aotgrad.trace.grad_mode_ops import recorded_op
 from aotgrad.trace.symbolic import SYMBOLIC_TYPES, SymbolicValues
 
@@ -195,7 +196,7 @@ class GraphRecorder(TorchDispatchMode):
             self.constants[name] = real
             node = self.graph.get_attr(name)
             with self.fake_mode:
-                node.meta["val"] = self.fake_mode.from_tensor(real, static_shapes=True)
+                node.meta["val"] = compat.fake_from_real(self.fake_mode, real, static_shapes=True)
             node.meta["captured_constant"] = True
             self._constant_nodes[key] = node
         return node

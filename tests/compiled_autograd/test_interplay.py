@@ -222,7 +222,9 @@ torch::Tensor scaled_square(torch::Tensor x, int64_t scale) { return ScaledSquar
 @pytest.fixture(scope="module")
 def cpp_extension():
     from torch.utils.cpp_extension import load_inline
-    build = os.path.join(os.path.dirname(__file__), "..", "..", ".cpp_build")
+    # one build per torch release: the suite runs on several from one checkout
+    # (benchmarks/torch_versions.py), and an extension is built for one release's headers
+    build = os.path.join(os.path.dirname(__file__), "..", "..", ".cpp_build", f"torch-{torch.__version__}")
     os.makedirs(build, exist_ok=True)
     return load_inline(name="aotgrad_test_cpp_fn", cpp_sources=CPP_SOURCE, functions=["scaled_square"],
                        build_directory=build, verbose=False)

@@ -106,3 +106,66 @@ def test_error_raised_by_a_node_shared_by_several_graphs_is_raised_each_time():
         out = x.clone().view(-1) + y_safe
         (gx,) = torch.autograd.grad(out.sum(), x)
     assert torch.equal(gx, torch.ones(2))
+
+
+def test_dense_gradient_into_a_sparse_grad_is_added_out_of_place():
+    """AccumulateGrad with a sparse `.grad` and a dense gradient: `.grad = grad + old`, as eager
+    (sparse += dense is refused)."""
+    def fn():
+        w = torch.randn(3, 4, requires_grad=True)
+        w.grad = torch.randn(3, 4).to_sparse()
+        (w * 2).sum().backward()
+        return [w.grad.layout, w.grad]
+    check(fn)
+
+
+def test_saved_variables_warns_as_deprecated():
+    class Saving(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_variables
+            return g * 2
+
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        with pytest.warns(DeprecationWarning, match="'saved_variables' is deprecated"):
+            Saving.apply(x).sum().backward()
+        return [x.grad]
+    check(fn)
+
+
+def test_undefined_gradient_through_an_in_place_write_into_a_view():
+    """CopySlices (an in-place write into a view) given an undefined gradient passes undefined
+    gradients on, as in eager (gradcheck's undefined-gradient check of in-place view ops)."""
+    def f(a, b):
+        base = a.clone()
+        base[1:].mul_(b)
+        return base, b.sin()
+    a = torch.randn(3, dtype=torch.double, requires_grad=True)
+    b = torch.randn(2, dtype=torch.double, requires_grad=True)
+    compiled_autograd.reset()
+    with compiled_autograd.enable(lambda gm: gm):
+        assert torch.autograd.gradcheck(f, (a, b), check_undefined_grad=True)
+    assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] == 0
+
+
+def test_sparse_gradient_from_a_custom_backward_reaches_the_result_as_in_eager():
+    class ToSparse(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.to_sparse()
+
+    def fn():
+        x = torch.randn(3, dtype=torch.double, requires_grad=True)
+        (g,) = torch.autograd.grad(ToSparse.apply(x).sum(), x)
+        return [g.layout, g.to_dense()]
+    check(fn)

@@ -3,6 +3,7 @@ has a functional twin gets a rule, with the right output for each written argume
 import pytest
 import torch
 
+from aotgrad import compat
 from aotgrad.errors import UnsupportedError
 from aotgrad.functionalize.rules import (
     METADATA_MUTATIONS,
@@ -19,12 +20,15 @@ NO_FUNCTIONAL_FORM = {
     "aten.fill_diagonal_.default", "aten.dropout_.default", "aten.alpha_dropout_.default",
     "aten.feature_dropout_.default", "aten.feature_alpha_dropout_.default",
     "aten.requires_grad_.default",
+    # named-tensor overloads, CompositeImplicitAutograd too; torch 2.11 has them, 2.13 no more
+    *(str(op) for op in compat.aten_overloads("rename_.default", "squeeze_.dimname")),
     # TorchScript-only overloads (lists, Python scalars)
     "aten.add_.t", "aten.copy_.Tensor", "aten.copy_.int", "aten.copy_.float",
     "aten._index_put_impl_.hacked_twin",
     # replace the storage: rules.py raises its own UnsupportedError
     "aten.set_.default", "aten.set_.source_Tensor", "aten.set_.source_Storage",
     "aten.set_.source_Storage_storage_offset", "aten.set_.source_Tensor_storage_offset",
+    *(str(op) for op in compat.STORAGE_REPLACING_OPS),  # torch 2.14's shallow_copy_data_
     # internal engines (SobolEngine, CUDA memory-efficient attention)
     "aten._sobol_engine_initialize_state_.default", "aten._sobol_engine_scramble_.default",
     "aten._sobol_engine_ff_.default", "aten._fill_mem_eff_dropout_mask_.default",
