@@ -22,9 +22,10 @@ only makes the results it promised: no user code runs or is traced while compili
 #   that returns None keeps its argument, a custom backward may return `g` twice): such a
 #   result is copied, as compilers assume of an op that declares no aliases (PyTorch's
 #   AOTAutograd checks it at the first run: a warning today, an error later).
-# - None: a compiled graph cannot carry None where its fake was a tensor; a call returning None
-#   there (a custom backward's None into `.grad`) gives a placeholder, which later calls and the
-#   graph's results read as None again.
+# - None and sparse: a compiled graph cannot carry None, or a tensor without strides, where its
+#   fake was a dense tensor; a call returning one there (a custom backward's None into `.grad`,
+#   its sparse gradient into a result) gives a placeholder, which later calls and the graph's
+#   results read as the value it stands for.
 # - `.grad`: accumulation copies the graph's tensor instead of taking it as `.grad` (a compiler
 #   may hand one tensor to several calls, or hand over a graph input), as eager does for a tensor
 #   held elsewhere (WhenRunAsPython).
@@ -228,12 +229,12 @@ def _expression(value, constants: list) -> str:
 
 class _Call:
     """The backward call a Program is running: its sites, its objects, its placeholders."""
-    __slots__ = ("sites", "objects", "undefined", "error", "ran", "dispatch_keys")
+    __slots__ = ("sites", "objects", "stand_ins", "error", "ran", "dispatch_keys")
 
     def __init__(self, sites: list, objects: list):
         self.sites = sites
         self.objects = objects
-        self.undefined: list = []  # placeholders standing for None (compiled graphs only)
+        self.stand_ins: list = []  # (placeholder, the None or non-strided value it stands for): compiled graphs only
         self.error: Exception | None = None  # the exception a call raised in a compiled graph
         self.ran = 0  # calls started
         # the thread's dispatch keys (included, excluded) when the backward call started
@@ -244,8 +245,13 @@ class _Call:
         site = self.sites[index]
         return site.flatten(site.function(*site.fill(self.objects, tensors, sizes, compiled)))
 
-    def is_undefined(self, value) -> bool:
-        return any(value is u for u in self.undefined)
+    def real(self, value):
+        """What a tensor of the compiled graph stands for: itself, or the value its placeholder holds."""
+        if value is not None:
+            for placeholder, held in self.stand_ins:
+                if value is placeholder:
+                    return held
+        return value
 
 
 def _current() -> _Call:
@@ -292,7 +298,7 @@ def _call_out_kernel(site: int, token, tensors: list, sizes: list, promise: str)
     promised = _promised(promise)
     outputs: list = [None] * len(promised)
     if call.error is None:  # (after an error nothing runs: the graph only goes on to its end)
-        values = [None if t is not None and call.undefined and call.is_undefined(t) else t for t in tensors]
+        values = [call.real(t) for t in tensors] if call.stand_ins else tensors
         try:
             with torch._C._ForceDispatchKeyGuard(*call.dispatch_keys):
                 outputs = call.run(site, values, sizes, compiled=True)
@@ -301,14 +307,16 @@ def _call_out_kernel(site: int, token, tensors: list, sizes: list, promise: str)
     results = [torch.empty(0)]
     storages = {t.untyped_storage()._cdata for t in tensors if t is not None}
     for value, (like, dtype, device, dims) in zip(outputs, promised):
-        if value is None:  # a placeholder: what the graph's compiler expects, read as None again
+        if value is None or value.layout is not torch.strided:
+            # a placeholder: what the graph's compiler expects, read as `value` again
             if like is not None:
                 like_tensor = tensors[like]
                 shape, dtype, device = like_tensor.shape, like_tensor.dtype, like_tensor.device
             else:
                 shape = [sizes[i] for i in dims]
-            value = torch.zeros(shape, dtype=dtype, device=device)
-            call.undefined.append(value)
+            placeholder = torch.zeros(shape, dtype=dtype, device=device)
+            call.stand_ins.append((placeholder, value))
+            value = placeholder
         elif not _standard_strides(value) or value.untyped_storage()._cdata in storages:
             value = value.clone(memory_format=torch.contiguous_format)
         storages.add(value.untyped_storage()._cdata)
@@ -367,6 +375,6 @@ class Program:
             _running.call = previous
         if call.error is not None:
             raise call.error
-        if call.undefined:
-            return [None if r is not None and call.is_undefined(r) else r for r in results]
+        if call.stand_ins:
+            return [call.real(r) for r in results]
         return list(results)

@@ -145,6 +145,8 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
     if old is None:
         if may_steal and _obeys_layout(grad, variable):
             variable.grad = grad.detach()
+        elif grad.layout is not torch.strided:  # a sparse gradient becomes a sparse `.grad`, as in eager
+            variable.grad = grad.detach().clone()
         else:
             variable.grad = _clone_obeying_layout(grad, variable)
     elif old.layout is not torch.strided:  # a sparse `.grad` takes a dense gradient out of place, as in eager

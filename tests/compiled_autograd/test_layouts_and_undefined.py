@@ -169,3 +169,24 @@ def test_sparse_gradient_from_a_custom_backward_reaches_the_result_as_in_eager()
         (g,) = torch.autograd.grad(ToSparse.apply(x).sum(), x)
         return [g.layout, g.to_dense()]
     check(fn)
+
+
+def test_sparse_gradient_from_a_custom_backward_reaches_grad_as_in_eager():
+    """Under a compiled graph the sparse value travels as a dense placeholder (callout.py) that
+    the accumulation call and the results read as the sparse tensor again."""
+    class ToSparse(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return (g * 2).to_sparse()
+
+    def fn():
+        x = torch.randn(3, dtype=torch.double, requires_grad=True)
+        ToSparse.apply(x).sum().backward()
+        first = x.grad.layout
+        ToSparse.apply(x).sum().backward()
+        return [first, x.grad.layout, x.grad.to_dense()]
+    check(fn)
