@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from aotgrad.compiled_autograd.collect import AUTOCAST, HEADER, STEP_HOOKS, STEP_VALUES
+from aotgrad.compiled_autograd import key as parts
+from aotgrad.compiled_autograd.key import STEP_HOOKS, STEP_VALUES
+
+HEADER = len(parts.HEADER)  # key entries before the first step's
 from aotgrad.counting import counters
 
 _graphs: dict[tuple, list["Entry"]] = {}   # (compiler id, structure) -> entries, newest first
@@ -98,9 +101,11 @@ def _new_node_reason(compiler_fn: Callable, structure: tuple, plans: list) -> st
     """What makes this structure new, against the stored one that agrees longest with it: the
     autocast state, one node's hooks or saved values, or a new node."""
     previous = [k for (fn_id, k) in _graphs if fn_id == id(compiler_fn)]
-    for other in previous:
-        if other[:AUTOCAST] == structure[:AUTOCAST] and other[HEADER:] == structure[HEADER:]:
-            return f"autocast during the backward changed: {other[AUTOCAST]} -> {structure[AUTOCAST]}"
+    for other in previous:  # one part of the header alone differs (key.HEADER: autocast, order, ...)
+        differing = [i for i, (a, b) in enumerate(zip(other[:HEADER], structure[:HEADER])) if a != b]
+        if len(differing) == 1 and other[HEADER:] == structure[HEADER:]:
+            i = differing[0]
+            return f"{parts.HEADER[i].name} during the backward changed: {other[i]} -> {structure[i]}"
     best_len, closest = -1, None
     for other in previous:
         n = 0

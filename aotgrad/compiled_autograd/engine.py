@@ -137,7 +137,7 @@ class CompiledAutograd:
                 return self._results(results, accumulate_grad, allow_unreachable)
             graph = walk(root_edges, input_edges or None, accumulate_grad)
             try:
-                collected = collect(graph, list(grad_tensors), accumulate_grad)
+                collected = collect(graph, list(grad_tensors), accumulate_grad, input_edges)
             except EagerFallback as e:
                 reason = str(e)
         fresh = False  # a graph compiled for this call: its first run may still fall back (_first_run)
@@ -156,8 +156,7 @@ class CompiledAutograd:
             return engine.run_backward(tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                                        accumulate_grad)
         if not templates.knows(collected.structure):  # (once per structure: generating its code costs ms)
-            template = replay.make_template(graph, collected, input_edges, accumulate_grad,
-                                            graph_cache.entries_of(self.compiler_fn, collected.structure))
+            template = replay.make_template(collected, graph_cache.entries_of(self.compiler_fn, collected.structure))
             if template is not None:
                 templates.remember(template)
         taken = [(slot, weakref.ref(slot.value)) for slot in collected.slots
