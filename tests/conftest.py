@@ -22,3 +22,23 @@ def _disk_cache_in_a_temporary_folder(tmp_path_factory):
         os.environ.pop("AOTGRAD_CACHE_DIR", None)
     else:
         os.environ["AOTGRAD_CACHE_DIR"] = previous_env
+
+
+@pytest.hookimpl(trylast=True)  # after every other selection (markers, -k, the compiler matrix)
+def pytest_collection_modifyitems(config, items):
+    """AOTGRAD_TEST_SHARD=i/n keeps every n-th selected test from the i-th on: n processes,
+    one per shard, run a long selection on a machine with many cores
+    (benchmarks/compiler_matrix.sh)."""
+    shard = os.environ.get("AOTGRAD_TEST_SHARD")
+    if not shard:
+        return
+    try:
+        index, count = (int(part) for part in shard.split("/"))
+        assert 0 <= index < count
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"AOTGRAD_TEST_SHARD={shard!r}: expected i/n with 0 <= i < n, e.g. 0/4") from None
+    kept = items[index::count]
+    deselected = [item for k, item in enumerate(items) if k % count != index]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+    items[:] = kept
