@@ -577,12 +577,7 @@ def _emit_traced_saved(w, piece: tuple, lengths: tuple) -> bool:
             w("if any(x is not None and x.unpack_hook is not None for x in r): return None")
             w(f"sl = n.{getter} if any(x is not None for x in r) else (None,) * {count}")
             for q, meta in enumerate(metas):
-                if meta is None:
-                    w(f"if r[{q}] is not None and sl[{q}] is not None: return None")
-                else:
-                    w(f"s = sl[{q}]")
-                    w(f"if r[{q}] is None: return None")
-                    _emit_saved_value(w, "s", f"r[{q}]", meta)
+                _emit_listed_value(w, f"r[{q}]", f"sl[{q}]", meta)
             position += count
     return position == len(piece)
 
@@ -596,12 +591,18 @@ def _emit_ctx_saved(w, piece) -> None:
     w("if any(r is not None and r.unpack_hook is not None for r in rs): return None")
     w("st = n.saved_tensors if any(r is not None for r in rs) else (None,) * len(rs)")
     for p, meta in enumerate(piece):
-        if meta is None:
-            w(f"if rs[{p}] is not None and st[{p}] is not None: return None")
-        else:
-            w(f"s = st[{p}]")
-            w(f"if rs[{p}] is None: return None")
-            _emit_saved_value(w, "s", f"rs[{p}]", meta)
+        _emit_listed_value(w, f"rs[{p}]", f"st[{p}]", meta)
+
+
+def _emit_listed_value(w, raw: str, value: str, meta) -> None:
+    """One item of a list of saved tensors: nothing saved where the key has None, else its
+    SavedTensor and the tensor its getter gave."""
+    if meta is None:
+        w(f"if {raw} is not None and {value} is not None: return None")
+    else:
+        w(f"s = {value}")
+        w(f"if {raw} is None: return None")
+        _emit_saved_value(w, "s", raw, meta)
 
 
 def step_hooks(node, leaf, probe: bool, retaining: dict):
