@@ -177,6 +177,20 @@ def _materialized(ctx, grads: list) -> list:
     return out
 
 
+_registered_as_node = False
+
+
+def install() -> None:
+    """At the first `enable()`: the ctx a custom backward gets inside a captured graph (a
+    SavedTensorsView) is a `torch.autograd.graph.Node`, as the real ctx is in eager
+    (`isinstance(ctx, Node)`, test_autograd_node_isinstance). Node is an ABC: the view is
+    registered as a virtual subclass, which changes PyTorch's class, so not at import."""
+    global _registered_as_node
+    if not _registered_as_node:
+        torch.autograd.graph.Node.register(SavedTensorsView)
+        _registered_as_node = True
+
+
 class SavedTensorsView:
     """A custom Function's ctx as its backward sees it inside a captured graph: `saved_tensors`
     are the graph's inputs (so the graph can free them as it goes); everything else is the
