@@ -199,7 +199,7 @@ def _symbolic_values(builder: _Builder, plan: StepPlan) -> dict | None:
 
 # Nodes run as is that return undefined gradients when every gradient they get is undefined
 # (as built-in nodes do), so the graph passes None on instead of calling them.
-UNDEFINED_IN_UNDEFINED_OUT = {"torch::autograd::CopySlices"}
+UNDEFINED_IN_UNDEFINED_OUT = {"torch::autograd::CopySlices", "torch::autograd::CopyBackwards"}
 
 
 def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, where: _Objects, grads: list,
