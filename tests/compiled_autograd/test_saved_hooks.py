@@ -4,8 +4,9 @@ when the graph comes from the cache (aotgrad/compiled_autograd/saved.py `packed_
 import pytest
 import torch
 
+import aotgrad
 from aotgrad import compiled_autograd
-from tests.compiled_autograd.helpers import check, current_compiler
+from tests.compiled_autograd.helpers import check, current_compiler, same
 
 
 @pytest.mark.all_compilers
@@ -193,3 +194,29 @@ def test_custom_function_saved_tensor_hooked_is_freed_by_backward():
         return results
     result = check(fn)
     assert result[2] is None and "after they have already been freed" in result[5]
+
+
+def test_backward_inside_a_checkpoint_recomputation_that_stops_early():
+    """A backward called while checkpoint recomputes (the outer backward runs on PyTorch's
+    engine): its built-in nodes hold tensors the recomputation's hooks packed, run as is
+    inside PyTorch's engine, where checkpoint finds the graph task it recomputes for, as in
+    eager (test_nested_checkpoint_early_stop_True in PyTorch's suite)."""
+    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+    def inner(x):
+        a = x.sin().exp().sin()
+        (ga,) = torch.autograd.grad(a, x)
+        return x.sin() * ga
+
+    def run(x):
+        return torch.autograd.grad(checkpoint(inner, x, use_reentrant=False), x)[0]
+
+    x = torch.randn((), requires_grad=True)
+    with set_checkpoint_early_stop(True):
+        expected = run(x)
+        compiled_autograd.reset()
+        with compiled_autograd.enable(current_compiler()):
+            actual = run(x)
+            captures = aotgrad.counters["compiled_autograd"]["captures"]
+    assert same(expected, actual), (expected, actual)
+    assert captures == 1  # the backward inside the recomputation
