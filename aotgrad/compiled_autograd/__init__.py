@@ -23,12 +23,12 @@ import inspect
 import logging
 from typing import Callable
 
-from aotgrad.compiled_autograd import cache, engine, hooks, reducers, replay
+from aotgrad.compiled_autograd import cache, calls, engine, hooks, reducers, replay
 from aotgrad.errors import CompilerSignatureError
 
 # Importing changes nothing in PyTorch: the first `enable()` starts recording hook
 # registrations and DDP modules (hooks.install, reducers.install), each also finding those
-# that exist already.
+# that exist already, and makes a custom backward's ctx view a Node (calls.install).
 
 
 def enable(compiler_fn: Callable):
@@ -55,6 +55,7 @@ def _enabled(compiler_fn: Callable):
     apply_log_level()  # AOTGRAD_LOG / config.log_level
     verbose = bool(config.compiled_autograd_verbose)
     hooks.install()  # tensor hooks and retain_grad on non-leaves are recorded from now on
+    calls.install()  # a custom backward's ctx is a torch.autograd.graph.Node, as in eager
     reducers.install()  # DDP modules, whose C++ reducer a compiled backward would bypass
     context = engine.CompiledAutograd(compiler_fn)
     with _verbose_logging(verbose):

@@ -9,9 +9,11 @@ inputs they flow to (`validate_outputs`, before the node's post hooks, as in eag
 """
 from __future__ import annotations
 
+import threading
 import warnings
 
 import torch
+from torch.autograd.graph import GradientEdge
 
 from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
@@ -177,6 +179,20 @@ def _materialized(ctx, grads: list) -> list:
     return out
 
 
+_registered_as_node = False
+
+
+def install() -> None:
+    """At the first `enable()`: the ctx a custom backward gets inside a captured graph (a
+    SavedTensorsView) is a `torch.autograd.graph.Node`, as the real ctx is in eager
+    (`isinstance(ctx, Node)`, test_autograd_node_isinstance). Node is an ABC: the view is
+    registered as a virtual subclass, which changes PyTorch's class, so not at import."""
+    global _registered_as_node
+    if not _registered_as_node:
+        torch.autograd.graph.Node.register(SavedTensorsView)
+        _registered_as_node = True
+
+
 class SavedTensorsView:
     """A custom Function's ctx as its backward sees it inside a captured graph: `saved_tensors`
     are the graph's inputs (so the graph can free them as it goes); everything else is the
@@ -230,10 +246,50 @@ def as_list(results) -> list:
     return list(results) if isinstance(results, tuple) else [results]
 
 
-def run_node(node, grads: list, checks: tuple) -> list:
-    """A node aotgrad does not trace (e.g. CopySlices, a C++ custom Function), run as is; its
-    results validated (`checks`)."""
+class _Backward(threading.local):
+    """The compiled backward running on this thread, as its calls out need to know it (set by
+    engine.py before a graph with nodes run as is runs: only `run_node` reads it)."""
+    frees_graph = False  # no retain_graph: the nodes that run free what they saved
+
+
+backward = _Backward()
+# PyTorch's engine itself (not aotgrad's stand-in, which sends a call from the compiled backward
+# there too, but through more Python): a node run through it frees its saved tensors
+_ENGINE = torch._C._ImperativeEngine()
+
+
+def run_node(node, grads: list, checks: tuple, frees_through_engine: bool = False) -> list:
+    """A node aotgrad does not trace (e.g. CopySlices, a C++ custom Function, a built-in node
+    whose saved tensors the user's hooks hold), run as is; its results validated (`checks`).
+    With `frees_through_engine` and no retain_graph it runs inside PyTorch's engine, which
+    frees what it saved as eager does (`_run_in_engine`)."""
+    if frees_through_engine and backward.frees_graph and any(g is not None for g in grads):
+        return validated(_run_in_engine(node, grads, checks), checks)
     return validated(as_list(node(*grads)), checks)
+
+
+def _run_in_engine(node, grads: list, checks: tuple) -> list:
+    """Run one node in PyTorch's engine without retain_graph, so that it frees its saved
+    tensors afterwards as in eager: `grad_fn._saved_self` then raises "after they have already
+    been freed" (test_grad_fn_attr_bindings) and the user's packed tensor is let go. A node
+    called from Python frees nothing, and PyTorch has no Python call that frees a C++ node.
+    The node's gradients are the roots; its results are captured where they flow (so the
+    engine runs no node after it; captures of one edge twice sum there) and read by a
+    temporary post hook, one per result. The capture runs the tensor hooks of the nodes
+    there: the capture only asks for this where they have none, nor has the node any hooks."""
+    next_functions = node.next_functions
+    flows = tuple(GradientEdge(*next_functions[i]) for i, check in enumerate(checks) if check is not None)
+    if not flows:  # (without a capture the engine would run every node after this one)
+        return as_list(node(*grads))
+    results: list = []
+    handle = node.register_hook(lambda grad_inputs, grad_outputs: results.extend(grad_inputs))
+    try:
+        roots = [i for i, g in enumerate(grads) if g is not None]
+        _ENGINE.run_backward(tuple(GradientEdge(node, i) for i in roots), tuple(grads[i] for i in roots),
+                             False, False, flows, True, False)
+    finally:
+        handle.remove()
+    return results
 
 
 def validated(results: list, checks: tuple) -> list:

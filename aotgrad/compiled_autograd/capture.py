@@ -22,11 +22,11 @@ import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from aotgrad.compiled_autograd import callout, calls
-from aotgrad.compiled_autograd.hooks import tensor_positions
+from aotgrad.compiled_autograd.hooks import NO_HOOKS, tensor_positions
 from aotgrad.compiled_autograd.collect import (
     ACCUMULATE, AOTGRAD, CUSTOM, OPAQUE, TRACED, UNDEFINED, Collected, StepPlan)
 from aotgrad.compiled_autograd.dynamic import FORMULAS, Symbols
-from aotgrad.compiled_autograd.saved import EagerFallback
+from aotgrad.compiled_autograd.saved import EagerFallback, layout_of
 from aotgrad.compiled_autograd.walk import Walk
 from aotgrad.trace import GraphRecorder
 
@@ -199,7 +199,7 @@ def _symbolic_values(builder: _Builder, plan: StepPlan) -> dict | None:
 
 # Nodes run as is that return undefined gradients when every gradient they get is undefined
 # (as built-in nodes do), so the graph passes None on instead of calling them.
-UNDEFINED_IN_UNDEFINED_OUT = {"torch::autograd::CopySlices"}
+UNDEFINED_IN_UNDEFINED_OUT = {"torch::autograd::CopySlices", "torch::autograd::CopyBackwards"}
 
 
 def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, where: _Objects, grads: list,
@@ -239,8 +239,41 @@ def _run_node(builder: _Builder, walk: Walk, plans: list, plan: StepPlan, step, 
         positions = tensor_positions(node) or tuple(range(len(node.next_functions)))
         builder.call(calls.custom_backward, (builder.object(where.node), fakes, grads, positions, checks), out)
     else:
-        builder.call(calls.run_node, (builder.object(where.node), grads, checks), out)
+        frees = _frees_through_engine(walk, plans, step, plan)
+        builder.call(calls.run_node, (builder.object(where.node), grads, checks, frees), out)
     return out
+
+
+def _frees_through_engine(walk: Walk, plans: list, step, plan: StepPlan) -> bool:
+    """May a node run as is run inside PyTorch's engine, to free what it saved as eager does
+    (calls._run_in_engine)? Only a built-in node, whose saved tensors Python can read
+    (`grad_fn._saved_self`: a prod, a node whose tensors the user's hooks hold; CopySlices and
+    C++ custom Functions show none), with no hooks of its own (the engine would run them a
+    second time), whose results flow into nodes without tensor hooks or retain_grad (the
+    engine's capture there runs those), none of which leads to another (the engine would run
+    it to reach that one: `x.exp() * x`)."""
+    if not layout_of(type(step.node)).tensors or plan.hooks.shape() != NO_HOOKS.shape():
+        return False
+    targets = {edge[0] for edge in step.edges if edge is not None}
+    if any(plans[target].hooks.tensor or plans[target].hooks.retain for target in targets):
+        return False
+    return not _leads_to_another(walk, targets)
+
+
+def _leads_to_another(walk: Walk, targets: set) -> bool:
+    """Does a path from one of the steps `targets` reach another of them? (The steps that run
+    know all their edges on such paths: walk.py leaves out only children that lead nowhere the
+    backward goes, and a step that does not run leads to none.)"""
+    stack = [edge[0] for target in targets for edge in walk.steps[target].edges if edge is not None]
+    seen: set = set()
+    while stack:
+        index = stack.pop()
+        if index in targets:
+            return True
+        if index not in seen:
+            seen.add(index)
+            stack.extend(edge[0] for edge in walk.steps[index].edges if edge is not None)
+    return False
 
 
 def _checks(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, incoming: dict) -> tuple:

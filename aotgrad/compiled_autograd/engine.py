@@ -28,6 +28,7 @@ from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
 from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
+from aotgrad.compiled_autograd.saved import free_python_nodes
 from aotgrad.compiled_autograd.walk import gradient_edge, walk
 
 log = logging.getLogger("aotgrad.compiled_autograd")
@@ -247,6 +248,8 @@ class CompiledAutograd:
         _local.callbacks = callbacks = []
         grad_mode = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
+        if keeps_state:  # (only graphs with nodes run as is read it: calls.run_node)
+            calls.backward.frees_graph = not keep_graph
         try:
             results = compiled(inputs, sizes, objects, first)
         except callout.NothingRan:
@@ -258,6 +261,8 @@ class CompiledAutograd:
             torch._C._set_grad_enabled(grad_mode)
             _local.callbacks = None
         _mark_freed(keeps_state, keep_graph)
+        if keeps_state and not keep_graph:
+            _free_python_nodes(keeps_state)
         while callbacks:  # a callback may queue another; each runs once, in order
             callback = callbacks.pop(0)
             _local.callbacks = callbacks
@@ -275,6 +280,14 @@ def _mark_freed(keeps_state: list, keep_graph: bool) -> None:
     if not keep_graph:
         for node in keeps_state:
             node.register_prehook(calls.freed)
+
+
+def _free_python_nodes(keeps_state: list) -> None:
+    """Custom Functions whose saved tensors the user's hooks hold (aotgrad could not take them
+    over) are freed as eager frees them after their backward ran (saved.free_python_nodes)."""
+    python_nodes = [node for node in keeps_state if isinstance(node, torch._C._FunctionBase)]
+    if python_nodes:
+        free_python_nodes(python_nodes)
 
 
 def _given_back(taken: list) -> bool:

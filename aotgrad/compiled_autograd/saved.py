@@ -168,3 +168,42 @@ def hashable(value: Any) -> Any:
     if isinstance(value, float) and value != value:
         return ("nan",)
     return value
+
+
+class _FreeSaved(torch.autograd.Function):
+    """A one-node graph whose backward frees the saved tensors of the Python nodes in
+    `ctx.nodes` (`maybe_clear_saved_tensors` frees only inside an engine run without
+    retain_graph: it asks the engine's current graph task)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        for node in ctx.nodes:
+            node.maybe_clear_saved_tensors()
+        return None
+
+
+_free_saved = threading.local()  # .root, .one: this thread's _FreeSaved graph, backwarded again and again
+_ENGINE = torch._C._ImperativeEngine()  # PyTorch's engine itself (aotgrad's stand-in would take the call)
+
+
+def free_python_nodes(nodes: list) -> None:
+    """Free what Python nodes (custom Functions) saved, as eager does when such a node runs
+    without retain_graph: `ctx.saved_tensors` and `_raw_saved_tensors` then raise "after they
+    have already been freed" (test_custom_function_saved_tensors), and tensors the user's
+    saved_tensors_hooks packed are let go. One small engine run (~20 us), for the nodes
+    aotgrad cannot free itself (collect's `keeps_state`); it saves nothing, so it runs again."""
+    root = getattr(_free_saved, "root", None)
+    if root is None:
+        with torch.inference_mode(False), torch.enable_grad():
+            root = _free_saved.root = _FreeSaved.apply(torch.zeros((), requires_grad=True))
+        _free_saved.one = torch.ones(())
+    root.grad_fn.nodes = nodes
+    try:
+        _ENGINE.run_backward((root,), (_free_saved.one,), False, False, (), True, True)
+    finally:
+        root.grad_fn.nodes = ()
+

@@ -22,8 +22,6 @@ SUBSET = (0, 3)
 # joining it is a regression.
 KNOWN_DIFFERENCES = {
     "TestAutograd::test_anomaly_detect_nan",  # a custom backward returning None for a flowing gradient
-    "TestAutograd::test_custom_function_saved_tensors",  # ctx._raw_saved_tensors readable after a compiled backward
-    "TestNestedCheckpoint::test_nested_checkpoint_early_stop_True",  # a node returning None under checkpoint
 }
 
 

@@ -292,3 +292,27 @@ def test_a_non_contiguous_gradient_from_a_custom_backward_flows_on():
         return [base.grad]
 
     check(fn)
+
+
+class NodeCheck(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        ctx.seen = isinstance(ctx, torch.autograd.graph.Node), isinstance(ctx, torch.autograd.Function)
+        return g * 2 + x * 0
+
+
+def test_custom_backward_ctx_is_an_autograd_node():
+    # (test_autograd_node_isinstance in PyTorch's suite asserts it from inside the backward)
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        y = NodeCheck.apply(x)
+        y.sum().backward()
+        return [x.grad, y.grad_fn.seen]
+    assert check(fn)[1] == (True, False)
+

@@ -41,9 +41,15 @@ def test_import_leaves_torch_unchanged():
         h.retain_grad()  # raised "Boolean value of Tensor ... is ambiguous" once aotgrad wrapped it at import
         h.sum().backward()
         print("retained", h.grad.tolist())
+        from aotgrad.compiled_autograd.calls import SavedTensorsView
+        print("view is a Node", issubclass(SavedTensorsView, torch.autograd.graph.Node))
+        with aotgrad.compiled_autograd.enable(lambda gm: gm):
+            print("view is a Node inside", issubclass(SavedTensorsView, torch.autograd.graph.Node))
     """)
     assert "changed []" in out
     assert "retained [1.0, 1.0, 1.0]" in out
+    # the ctx view becomes a virtual subclass of torch.autograd.graph.Node at the first enable()
+    assert "view is a Node False" in out and "view is a Node inside True" in out
 
 
 def test_retain_grad_twice_under_compiled_autograd():

@@ -154,6 +154,24 @@ def test_undefined_gradient_through_an_in_place_write_into_a_view():
     assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] == 0
 
 
+def test_undefined_gradient_through_a_copy_into_a_tensor_without_grad():
+    """CopyBackwards (`a.copy_(b)` into an `a` that did not require grad) given an undefined
+    gradient passes undefined gradients on, as in eager (gradgradcheck's undefined-gradient
+    check of test_inplace_on_view_python in PyTorch's suite)."""
+    def fn():
+        b = torch.randn(3, dtype=torch.double, requires_grad=True)
+        w = torch.randn(3, dtype=torch.double, requires_grad=True)
+        results = []
+        for _ in range(2):  # the second from the cache
+            a = torch.zeros(3, dtype=torch.double)
+            a.copy_(b * 2)
+            undefined = torch._C._functions.UndefinedGrad()(a * w)
+            results += list(torch.autograd.grad([undefined, (w * 3).sum()], [b, w],
+                                                [torch.ones(3, dtype=torch.double), None], allow_unused=True))
+        return results
+    assert check(fn)[0] is None
+
+
 def test_sparse_gradient_from_a_custom_backward_reaches_the_result_as_in_eager():
     class ToSparse(torch.autograd.Function):
         @staticmethod
