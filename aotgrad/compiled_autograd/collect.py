@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd import key as parts
 from aotgrad.compiled_autograd.dynamic import SizeList
-from aotgrad.compiled_autograd.key import (  # noqa: F401 (the kinds, read by capture.py from here)
-    ACCUMULATE, AOTGRAD, CUSTOM, OPAQUE, TRACED, UNDEFINED)
+from aotgrad.compiled_autograd.kinds import (  # noqa: F401 (the kinds, read by capture.py from here)
+    ACCUMULATE, AOTGRAD, CUSTOM, OPAQUE, TRACED, UNDEFINED, step_kind)
 from aotgrad.compiled_autograd.saved import EagerFallback, Slot
 from aotgrad.compiled_autograd.walk import Walk
 
@@ -69,7 +69,7 @@ def collect(walk: Walk, root_grads: list, accumulate_grad: bool, input_edges: li
     plans: list = []
     for index, step in enumerate(walk.steps, start=1):
         r.step = step
-        r.plan = StepPlan(parts.step_kind(step.node, step.runs), len(r.inputs), len(r.objects), step.node, index)
+        r.plan = StepPlan(step_kind(step.node, step.runs), len(r.inputs), len(r.objects), step.node, index)
         key.append(tuple(part.read(r) for part in parts.STEP))
         plans.append(r.plan)
     if hook_lookup.unresolved():

@@ -37,15 +37,9 @@ import torch
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.dynamic import contiguous_layout
-from aotgrad.compiled_autograd.saved import (
-    EagerFallback, hashable, layout_of, packed_by_user, take, take_tensors)
-
-ACCUMULATE = "accumulate"   # AccumulateGrad: into `.grad`, then post-accumulate hooks
-TRACED = "traced"           # a built-in C++ node: its aten ops go into the graph
-CUSTOM = "custom"           # a Python autograd.Function: its backward is called from the graph
-AOTGRAD = "aotgrad"         # aotgrad's own compiled function: its backward graph goes into the graph
-OPAQUE = "opaque"           # any other node (CopySlices, C++ custom Functions): called as is
-UNDEFINED = "undefined"     # UndefinedGradBackward: every result is an undefined gradient (None)
+from aotgrad.compiled_autograd.kinds import (
+    ACCUMULATE, AOTGRAD, CUSTOM, OPAQUE, TRACED, UNDEFINED, holds_state, kind_of_type, node_class)
+from aotgrad.compiled_autograd.saved import EagerFallback, hashable, layout_of, take_ctx_tensors, take_tensors
 
 OUTSIDE = "outside"         # an edge into an AccumulateGrad node the walk leaves out (inputs=)
 PRUNED = "pruned"           # an edge into another node the walk leaves out: no fast check
@@ -214,74 +208,6 @@ class Order(Part):
 
 # --- each step: one node ----------------------------------------------------------------------
 
-_kinds: dict[type, str] = {}
-
-# Built-in nodes whose formula reads tensor values (prod's test for zeros): traced on fake
-# tensors they take their data-free path, equal in value but not bitwise, so they run as is.
-RUN_AS_IS = {"ProdBackward0", "ProdBackward1", "CumprodBackward0"}
-
-# Nodes run as is that keep no state for the backward: a backward through them again is fine
-# (a DelayedError shared by several graphs raises its error every time, as in eager).
-STATELESS = {"torch::autograd::DelayedError", "torch::autograd::Error"}
-
-
-def holds_state(node) -> bool:
-    """Does a node run as is keep saved state a backward frees (so a second one must fail)?"""
-    return node.name() not in STATELESS
-
-
-def kind_of(node) -> str:
-    """How aotgrad runs a node, from its type (and a custom Function's class)."""
-    node_type = type(node)
-    kind = _kinds.get(node_type)
-    if kind is None:
-        name = node.name()
-        if hasattr(node, "_forward_cls"):  # (not in the table: classes made on the fly would fill it)
-            from aotgrad.runtime.function import CompiledFunction
-            return AOTGRAD if node._forward_cls is CompiledFunction and node.plan.backward_inlinable else CUSTOM
-        elif name == "torch::autograd::AccumulateGrad":
-            kind = ACCUMULATE
-        elif name == "torch::autograd::UndefinedGradBackward":  # (gradcheck's undefined-gradient checks)
-            kind = UNDEFINED
-        elif "::" in name or name in RUN_AS_IS:
-            kind = OPAQUE
-        else:
-            kind = TRACED
-        _kinds[node_type] = kind
-    return kind
-
-
-def step_kind(node, runs: bool) -> str:
-    """kind_of, but a built-in node holding a tensor the user's saved_tensors_hooks packed runs
-    as is: its own code unpacks it through the user's hook, as in eager."""
-    kind = kind_of(node)
-    if kind is TRACED and runs and packed_by_user(node, layout_of(type(node)).tensors):
-        return OPAQUE
-    return kind
-
-
-class _Same:
-    """Compares by identity (and keeps the object alive): the key of an unhashable object."""
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __eq__(self, other):
-        return isinstance(other, _Same) and other.obj is self.obj
-
-    def __hash__(self):
-        return id(self.obj)
-
-
-def node_class(kind: str, node):
-    """What distinguishes a node beyond its type: a custom Function's class with its argument and
-    output layout; aotgrad's own function by its compiled plan; None for the rest."""
-    if kind is CUSTOM:
-        return (node._forward_cls, hook_lookup.tensor_positions(node), hook_lookup.output_kinds(node))
-    return _Same(node.plan) if kind is AOTGRAD else None
-
-
 class NodeClass(Part):
     """The node's type, how it runs (kind) and, for custom Functions, their class."""
     name = "node"
@@ -299,10 +225,6 @@ class NodeClass(Part):
         elif kind is OPAQUE and kind_of_type(node_type) is TRACED:  # run as is for the user's saved tensor hooks
             w(f"if not packed_by_user(n, {w.const(layout_of(node_type).tensors)}): return None")
         return True
-
-
-def kind_of_type(node_type: type) -> str | None:
-    return _kinds.get(node_type)
 
 
 class Edges(Part):
@@ -453,26 +375,6 @@ def custom_arguments_known(node) -> None:
                             "torch.autograd.Function.apply: which results go to which input is unknown")
 
 
-class _UnpackedOnce:
-    """`ctx.saved_tensors`, read once (autograd's checks and the user's unpack hooks run then)."""
-
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.values = None
-
-    @property
-    def saved_tensors(self):
-        if self.values is None:
-            self.values = self.ctx.saved_tensors
-        return self.values
-
-
-def _take_ctx_tensors(ctx) -> list:
-    """A custom Function's saved tensors."""
-    once = _UnpackedOnce(ctx)
-    return [take(raw, once, "saved_tensors", i) for i, raw in enumerate(ctx._raw_saved_tensors)]
-
-
 class Saved(Part):
     """What the step hands the graph: its saved tensors (graph inputs; per tensor its dtype,
     device, rank and layout, its sizes to the sizes; None where nothing was saved) and its
@@ -486,10 +388,10 @@ class Saved(Part):
             if kind is TRACED:
                 plan.saved = take_tensors(node, layout_of(type(node)).tensors)
             elif kind is AOTGRAD:
-                plan.saved = _take_ctx_tensors(node)
+                plan.saved = take_ctx_tensors(node)
             elif kind is CUSTOM:
                 custom_arguments_known(node)
-                plan.saved = _take_ctx_tensors(node)
+                plan.saved = take_ctx_tensors(node)
                 r.objects.append(node)
             elif kind is ACCUMULATE:
                 leaf = node.variable

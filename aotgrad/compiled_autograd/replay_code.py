@@ -17,6 +17,7 @@ import torch
 from aotgrad import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd import key as parts
+from aotgrad.compiled_autograd import kinds
 from aotgrad.compiled_autograd.dynamic import layout
 from aotgrad.compiled_autograd.saved import EagerFallback, hashable, packed_by_user
 
@@ -98,8 +99,8 @@ def generate(structure: tuple, entries: list) -> Callable | None:
     source = ("def matcher(root_edges, input_edges, root_grads, accumulate_grad):\n"
               "    sizes = []\n    ext = sizes.extend\n" + "\n".join(w.lines) + "\n")
     filename = f"<aotgrad replay matcher {hash(source) & 0xFFFFFFFFFFFF:x}>"
-    namespace = dict(w.constants, strided=torch.strided, layout=layout, kind_of=parts.kind_of,
-                     node_class=parts.node_class, step_hooks=parts.step_hooks, hashable=hashable,
+    namespace = dict(w.constants, strided=torch.strided, layout=layout, kind_of=kinds.kind_of,
+                     node_class=kinds.node_class, step_hooks=parts.step_hooks, hashable=hashable,
                      packed_by_user=packed_by_user, custom_arguments_known=parts.custom_arguments_known,
                      autocast_state=parts.autocast_state, any_autocast_enabled=torch._C._is_any_autocast_enabled,
                      NO_HOOKS=hook_lookup.NO_HOOKS, node_hooks_may_exist=hook_lookup.node_hooks_may_exist,

@@ -207,3 +207,22 @@ def free_python_nodes(nodes: list) -> None:
     finally:
         root.grad_fn.nodes = ()
 
+
+class _UnpackedOnce:
+    """`ctx.saved_tensors`, read once (autograd's checks and the user's unpack hooks run then)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.values = None
+
+    @property
+    def saved_tensors(self):
+        if self.values is None:
+            self.values = self.ctx.saved_tensors
+        return self.values
+
+
+def take_ctx_tensors(ctx) -> list:
+    """A custom Function's saved tensors."""
+    once = _UnpackedOnce(ctx)
+    return [take(raw, once, "saved_tensors", i) for i, raw in enumerate(ctx._raw_saved_tensors)]
