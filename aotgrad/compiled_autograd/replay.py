@@ -81,14 +81,17 @@ class Templates:
     def __init__(self):
         self._by_structure: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+        self._newest: Template | None = None  # the most recently used (a hint, read without the lock)
 
     def find(self, root_edges: list, input_edges: list, root_grads: list, accumulate_grad: bool) -> Hit | None:
         for template in reversed(list(self._by_structure.values())):
             hit = template.matcher(root_edges, input_edges, root_grads, accumulate_grad)
             if hit is not None:
-                with self._lock:
-                    if template.structure in self._by_structure:
-                        self._by_structure.move_to_end(template.structure)
+                if template is not self._newest:  # (a key is a large tuple: hashing it on every hit costs)
+                    with self._lock:
+                        if template.structure in self._by_structure:
+                            self._by_structure.move_to_end(template.structure)
+                            self._newest = template
                 return hit
         return None
 
@@ -99,6 +102,7 @@ class Templates:
         with self._lock:
             self._by_structure[template.structure] = template
             self._by_structure.move_to_end(template.structure)
+            self._newest = template
             while len(self._by_structure) > _KEEP:
                 self._by_structure.popitem(last=False)
 
