@@ -17,6 +17,7 @@ from torch.autograd.graph import GradientEdge
 
 from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
+from aotgrad.compiled_autograd.saved import TORCH_ENGINE
 
 
 def _hook_name(hook) -> str:
@@ -253,9 +254,6 @@ class _Backward(threading.local):
 
 
 backward = _Backward()
-# PyTorch's engine itself (not aotgrad's stand-in, which sends a call from the compiled backward
-# there too, but through more Python): a node run through it frees its saved tensors
-_ENGINE = torch._C._ImperativeEngine()
 
 
 def run_node(node, grads: list, checks: tuple, frees_through_engine: bool = False) -> list:
@@ -285,7 +283,7 @@ def _run_in_engine(node, grads: list, checks: tuple) -> list:
     handle = node.register_hook(lambda grad_inputs, grad_outputs: results.extend(grad_inputs))
     try:
         roots = [i for i, g in enumerate(grads) if g is not None]
-        _ENGINE.run_backward(tuple(GradientEdge(node, i) for i in roots), tuple(grads[i] for i in roots),
+        TORCH_ENGINE.run_backward(tuple(GradientEdge(node, i) for i in roots), tuple(grads[i] for i in roots),
                              False, False, flows, True, False)
     finally:
         handle.remove()

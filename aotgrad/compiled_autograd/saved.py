@@ -187,7 +187,9 @@ class _FreeSaved(torch.autograd.Function):
 
 
 _free_saved = threading.local()  # .root, .one: this thread's _FreeSaved graph, backwarded again and again
-_ENGINE = torch._C._ImperativeEngine()  # PyTorch's engine itself (aotgrad's stand-in would take the call)
+# PyTorch's engine itself: aotgrad's stand-in (engine.py) would take a call made through
+# Variable._execution_engine; a node run through this one frees what it saved, as in eager
+TORCH_ENGINE = torch._C._ImperativeEngine()
 
 
 def free_python_nodes(nodes: list) -> None:
@@ -203,7 +205,7 @@ def free_python_nodes(nodes: list) -> None:
         _free_saved.one = torch.ones(())
     root.grad_fn.nodes = nodes
     try:
-        _ENGINE.run_backward((root,), (_free_saved.one,), False, False, (), True, True)
+        TORCH_ENGINE.run_backward((root,), (_free_saved.one,), False, False, (), True, True)
     finally:
         root.grad_fn.nodes = ()
 
