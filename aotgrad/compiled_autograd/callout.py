@@ -44,6 +44,8 @@ from typing import Any, Callable
 
 import torch
 
+from aotgrad.compiled_autograd import calls
+
 _running = threading.local()  # .call: the _Call of the Program running on this thread
 
 _lib = torch.library.Library("aotgrad", "FRAGMENT")
@@ -355,18 +357,23 @@ class Program:
     calls a graph, `(inputs, sizes, objects) -> results` (None where a compiled graph gave a
     placeholder). With `first` (the graph's first run), a failure before the graph started is
     NothingRan."""
-    __slots__ = ("compiled", "sites")
+    __slots__ = ("compiled", "sites", "leaves", "may_steal", "as_python")
 
-    def __init__(self, compiled: Callable, sites: list):
+    def __init__(self, compiled: Callable, sites: list, accumulated_after: tuple = ((), ())):
         self.compiled = compiled
         self.sites = sites
+        # the objects (leaves) whose gradients the graph returns to accumulate, and whether each
+        # may become a fresh `.grad` as is (capture._accumulate_after_graph)
+        self.leaves, self.may_steal = accumulated_after
+        self.as_python = isinstance(compiled, torch.fx.GraphModule)  # (it returns no input as a result)
 
     def __call__(self, inputs: list, sizes: list, objects: list, first: bool = False) -> list:
         previous = getattr(_running, "call", None)
         call = _running.call = _Call(self.sites, objects)
         count = len(inputs)
+        taken = set() if self.as_python or not self.leaves else {t.data_ptr() for t in inputs if t is not None}
         try:
-            results, _ = self.compiled(inputs, sizes)
+            results, _, grads = self.compiled(inputs, sizes)
         except Exception as e:
             if first and call.ran == 0 and len(inputs) == count:  # (run as Python, the graph's first node empties it)
                 raise NothingRan(e) from e
@@ -375,6 +382,8 @@ class Program:
             _running.call = previous
         if call.error is not None:
             raise call.error
+        if grads:
+            calls.accumulate_after_graph([objects[i] for i in self.leaves], grads, self.may_steal, taken)
         if call.stand_ins:
             return [call.real(r) for r in results]
         return list(results)

@@ -161,6 +161,24 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
         raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
+def accumulate_after_graph(leaves: list, grads, may_steal: tuple, taken: set) -> None:
+    """AccumulateGrad for the gradients a graph returned instead of accumulating them as it ran
+    (capture._accumulate_after_graph), in the engine's order. A tensor becomes a fresh `.grad`
+    only where the graph made it for that leaf alone (`may_steal`) and no other leaf took it and
+    it is not one of the graph's inputs (`taken`: their addresses; a compiler may return one
+    buffer for two equal computations, or an input for a no-op)."""
+    for leaf, grad, steal in zip(leaves, grads, may_steal):
+        if steal and grad.numel():
+            address = grad.data_ptr()
+            steal = address not in taken
+            taken.add(address)
+        if steal and leaf.grad is None and leaf.requires_grad and grad.stride() == leaf.stride() and \
+                leaf.is_contiguous() and not grad.requires_grad:
+            leaf.grad = grad  # (accumulate_grad's first case, with its layout test for the usual layout)
+        else:
+            accumulate_grad(leaf, grad, steal, None)
+
+
 def _materialized(ctx, grads: list) -> list:
     """PyNode's missing gradients: zeros for tensor outputs (non-differentiable ones too,
     unless `_materialize_non_diff_grads` is off), None for non-tensor outputs, all None with

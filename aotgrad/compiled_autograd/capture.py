@@ -324,6 +324,38 @@ def _aotgrad_backward(builder: _Builder, ctx, grads: list, saved: list) -> list:
     return [input_grads[p - 1] for p in positions]
 
 
+def _accumulate_after_graph(graph: fx.Graph, sites: list) -> tuple[list, tuple]:
+    """Accumulation into `.grad` after the graph instead of by a call out each (a call out costs
+    what an op of its own costs, ~50 us with torch.compile), where nothing could see the
+    difference: every call out of the graph is an AccumulateGrad without post-accumulate hooks
+    (or a retain_grad). A hook or a custom backward may read a `.grad` or raise before a later
+    accumulation, so with one of them each accumulation stays a call out in its place. The
+    gradients become results of the graph; calls.accumulate_after_graph accumulates them, taking
+    one as a fresh `.grad` where nothing else in the graph reads it (_exclusive). Returns the
+    leaves' object indices and whether each gradient may be taken.
+
+        before: mm = aten.mm(...); call(accumulate_grad, objects[0], [mm]); call(..., objects[1], [t])
+        after:  mm = aten.mm(...); output(..., (mm, t))   # objects[0] takes mm, objects[1] copies t
+    """
+    if not all((site.function is calls.accumulate_grad and site.args[3] is None) or site.function is calls.retain_grad
+               for site in sites):
+        return [], ()
+    leaves, grads, exclusive = [], [], []
+    for node in list(graph.nodes):
+        if node.target is not callout.call or sites[node.args[0]].function is not calls.accumulate_grad:
+            continue
+        if node.args[2]:  # (no gradient: nothing accumulates)
+            grad = node.args[2][0]
+            leaves.append(sites[node.args[0]].args[0].index)
+            grads.append(grad)
+            exclusive.append(_exclusive(grad))  # (its users: this call, and the results if it is one)
+        graph.erase_node(node)
+    output = graph.output_node()
+    results, state, _ = output.args[0]
+    output.args = ((results, state, tuple(grads)),)
+    return leaves, tuple(exclusive)
+
+
 def _mark_exclusive_gradients(graph: fx.Graph, sites: list) -> None:
     """AccumulateGrad may take the graph's own tensor as a fresh `.grad` (eager does when nothing
     else holds it) only if nothing else in the graph reads it or any tensor it views: an
@@ -456,7 +488,8 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
                 outputs = out
             _send(step, outputs, buffers, builder)
         _label(last, plan.label)
-    builder.graph.output((tuple(builder.arg(r) if r is not None else None for r in results), builder.state))
+    builder.graph.output((tuple(builder.arg(r) if r is not None else None for r in results), builder.state, ()))
+    leaves, may_steal = _accumulate_after_graph(builder.graph, builder.sites)
     _mark_exclusive_gradients(builder.graph, builder.sites)
     _order_around_call_outs(builder.graph)
     for node in builder.graph.nodes:
@@ -472,4 +505,5 @@ def capture(walk: Walk, collected: Collected, dynamic: frozenset = frozenset()) 
         setattr(root, name, value)
     gm = fx.GraphModule(root, builder.graph, class_name="CompiledAutogradGraph")
     gm.meta["call_out_sites"] = builder.sites
+    gm.meta["accumulated_after"] = (leaves, may_steal)
     return gm, (symbols.guards() if dynamic else None)

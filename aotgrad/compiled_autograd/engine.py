@@ -222,7 +222,7 @@ class CompiledAutograd:
         for watcher in list(capture_watchers):
             watcher(gm, reasons)
         # (the sites are what the graph's calls out run: callout.Program gives them the call's objects)
-        compiled = callout.Program(self.compiler_fn(gm), gm.meta["call_out_sites"])
+        compiled = callout.Program(self.compiler_fn(gm), gm.meta["call_out_sites"], gm.meta["accumulated_after"])
         graph_cache.count("compiles")
         entry = graph_cache.Entry(compiled, list(collected.sizes.values), dynamic, guards)
         graph_cache.store(self.compiler_fn, collected.structure, entry)

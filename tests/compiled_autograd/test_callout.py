@@ -157,8 +157,9 @@ def test_the_graph_called_outside_its_backward_says_so():
         return current_compiler()(gm)
 
     x = torch.randn(3, requires_grad=True)
+    x.register_hook(lambda g: g * 2)  # (a call out: the graph needs the backward call's objects)
     with compiled_autograd.enable(compiler):
-        x.sum().backward()  # the graph: the root's gradient expanded, then into x.grad
+        x.sum().backward()  # the graph: the root's gradient expanded, the hook, then into x.grad
     with pytest.raises(RuntimeError, match="outside the backward call that runs it"):
         graphs[0]([torch.ones(())], [])
 

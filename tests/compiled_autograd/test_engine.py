@@ -6,6 +6,7 @@ import torch
 
 import aotgrad
 from aotgrad import compiled_autograd
+from aotgrad.compiled_autograd import callout
 from tests.compiled_autograd.helpers import check, current_compiler
 
 
@@ -125,6 +126,7 @@ def test_eager_and_compiled_backwards_alternate_on_a_retained_graph():
     assert torch.allclose(x.grad, expected.detach())
 
 
+@pytest.mark.all_compilers
 def test_accumulation_is_in_place_into_an_existing_grad():
     def fn():
         w = torch.randn(3, requires_grad=True)
@@ -136,6 +138,7 @@ def test_accumulation_is_in_place_into_an_existing_grad():
     assert check(fn)[1] is True
 
 
+@pytest.mark.all_compilers
 def test_fresh_grad_does_not_alias_the_root_gradient():
     def fn():
         w = torch.randn(3, requires_grad=True)
@@ -144,6 +147,106 @@ def test_fresh_grad_does_not_alias_the_root_gradient():
         return [w.grad, w.grad is g, w.grad.data_ptr() == g.data_ptr()]
 
     check(fn)
+
+
+# Accumulation after the graph (capture._accumulate_after_graph): with no hook and no custom
+# backward, the graph returns the leaves' gradients and calls.accumulate_after_graph puts them
+# into `.grad`, in the engine's order, as AccumulateGrad would.
+
+def _call_outs(fn) -> list:
+    """The calls out of the graph `fn`'s backward is captured as (their functions' names)."""
+    graphs = []
+
+    def compiler(gm):
+        graphs.append(gm)
+        return gm
+
+    with compiled_autograd.enable(compiler):
+        fn()
+    compiled_autograd.reset()
+    sites = graphs[0].meta["call_out_sites"]
+    return [sites[node.args[0]].function.__name__ for node in graphs[0].graph.nodes if node.target is callout.call]
+
+
+@pytest.mark.one_compiler
+def test_without_hooks_the_leaves_accumulate_after_the_graph():
+    model = _mlp()
+    x = torch.randn(2, 4)
+    assert _call_outs(lambda: model(x).sum().backward()) == []
+    model[0].weight.register_post_accumulate_grad_hook(lambda p: None)  # then each stays a call out, in order
+    assert _call_outs(lambda: model(x).sum().backward()) == ["accumulate_grad"] * 4
+
+
+@pytest.mark.all_compilers
+def test_a_hook_sees_the_grads_accumulated_before_it_ran():
+    """Eager accumulates w's gradient before h's hook runs (w's branch was made later, its nodes
+    run first): the hook sees it, so accumulation cannot wait until after the graph."""
+    def fn():
+        x = torch.randn(3, requires_grad=True)
+        w = torch.randn(3, requires_grad=True)
+        h = x * 3
+        a = w * 2
+        seen = []
+        h.register_hook(lambda g: seen.append(None if w.grad is None else w.grad.clone()))
+        ((h * h).sum() + a.sum()).backward()
+        return [x.grad, w.grad, seen]
+
+    assert check(fn)[2][0] is not None
+
+
+@pytest.mark.all_compilers
+def test_leaves_given_one_gradient_get_grads_of_their_own():
+    def fn():
+        a = torch.randn(3, requires_grad=True)
+        b = torch.randn(3, requires_grad=True)
+        (a + b).sum().backward()  # AddBackward sends one tensor to both leaves
+        first = a.grad.data_ptr() == b.grad.data_ptr()
+        (a + b).sum().backward()
+        return [a.grad, b.grad, first, a.grad is b.grad]
+
+    check(fn)
+
+
+def _returning_twice(gm):
+    """A compiler that returns one buffer for the two gradients it found equal (as a compiler
+    merging equal computations may)."""
+    def run(inputs, sizes):
+        results, state, grads = gm(inputs, sizes)
+        return results, state, (grads[0],) * len(grads)
+    return run
+
+
+def _returning_the_input(gm):
+    """A compiler that returns the root gradient itself for `g * 1.0` (a no-op it removed)."""
+    def run(inputs, sizes):
+        root = inputs[0]
+        results, state, grads = gm(inputs, sizes)
+        return results, state, (root,)
+    return run
+
+
+@pytest.mark.one_compiler
+def test_a_buffer_a_compiler_returns_for_two_leaves_becomes_one_grad_only():
+    def fn():
+        w1 = torch.randn(3, requires_grad=True)
+        w2 = torch.randn(3, requires_grad=True)
+        ((w1 * 2).sum() + (w2 * 2).sum()).backward()
+        shared = w1.grad.data_ptr() == w2.grad.data_ptr()
+        ((w1 * 2).sum() + (w2 * 2).sum()).backward()
+        return [w1.grad, w2.grad, shared]
+
+    check(fn, compiler=_returning_twice)
+
+
+@pytest.mark.one_compiler
+def test_an_input_a_compiler_returns_as_a_gradient_is_copied():
+    def fn():
+        w = torch.randn(3, requires_grad=True)
+        g = torch.randn(3)
+        (w * 1.0).backward(g)
+        return [w.grad, w.grad.data_ptr() == g.data_ptr()]
+
+    check(fn, compiler=_returning_the_input)
 
 
 @pytest.mark.all_compilers
