@@ -1,13 +1,15 @@
 """One backward call, captured as an FX graph of the whole backward.
 
 In: a `Walk` and what `collect` gathered for it. Out: a GraphModule
-`forward(self, inputs, sizes) -> (results, state)` that does what the engine would: for each
+`forward(self, inputs, sizes) -> (results, state, grads)` that does what the engine would: for each
 step in the engine's order, sum the gradients that arrived, run the tensor hooks, retain_grad
 and pre-hooks, the node itself (a built-in node's aten ops, traced on fake tensors with its
 saved tensors read from `inputs`; anything else as a call out of the graph), the engine's
 shape/dtype check of its results, the post-hooks, and send each result down its edge.
 `results` are the gradients `autograd.grad` asked for; `state` is callout.py's (what keeps the
-calls out in order and alive under torch.compile). The calls out read the backward call's
+calls out in order and alive under torch.compile); `grads` the leaves' gradients, where the
+graph leaves accumulating them until after it (`gm.meta["accumulated_after"]`: which leaves,
+and whether each gradient may become `.grad` as is). The calls out read the backward call's
 objects (leaves, ctxs, nodes, hook dicts) through callout.py, not as graph inputs, so Dynamo
 never sees them; their sites are in `gm.meta["call_out_sites"]`. Each FX node's
 `autograd_node` meta (and its printed comment) names the step: `MulBackward0 (NodeCall 3)`.

@@ -8,9 +8,11 @@ Node metadata written here (FX's keys where they exist):
   val            the fake value the op produced (FakeTensor, or a list of them)
   stack_trace    the user's source line(s) that issued the op
   seq_nr         autograd sequence number: a forward op and the backward ops
-                 that differentiate it share it. Set on a forward op only when
-                 running it made an autograd node (not on detach, ops under
-                 no_grad, ops on tensors that do not require grad)
+                 that differentiate it share it. A forward op that made no
+                 autograd node (detach, ops under no_grad, BatchNorm's counter
+                 add) carries the number of the last node made before it, as in
+                 PyTorch's traces; only an op that made the node stands for it
+                 (`forward_op` of the backward ops)
   nn_module_stack, source_fn_stack   copied from the torch.compile graph node
   is_backward    True for ops issued by the autograd engine (new key)
   autograd_node  name of the backward node that issued the op, e.g. MulBackward0 (new key)
@@ -303,6 +305,7 @@ class GraphRecorder(TorchDispatchMode):
                         if key in forward.meta:
                             meta[key] = forward.meta[key]
             return
+        meta["seq_nr"] = torch.autograd._get_sequence_nr() - 1  # (the op's own node, if it made one, is made by now)
         user = self.user_node
         if user is not None:
             for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
@@ -316,8 +319,8 @@ class GraphRecorder(TorchDispatchMode):
         node(s) running it made, read off its outputs' `grad_fn` once autograd has set it.
 
         Ops that made no autograd node (detach, BatchNorm's `num_batches_tracked.add_(1)`,
-        ops under no_grad or on tensors that do not require grad) get no seq_nr, so they
-        never stand for a backward node. An in-place op on a view also claims its base's
+        ops under no_grad or on tensors that do not require grad) keep the number _annotate
+        gave them and never stand for a backward node. An in-place op on a view also claims its base's
         `CopySlices`, the node the engine runs to differentiate it; the last op of a custom
         autograd.Function's forward claims the Function's node (its output's grad_fn).
         Called before each forward op (the previous op's autograd work is then done) and

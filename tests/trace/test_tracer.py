@@ -67,13 +67,25 @@ def test_every_backward_node_names_the_forward_op_it_differentiates():
     }
 
 
-def test_ops_that_make_no_autograd_node_get_no_seq_nr():
-    forward = _calls(_joint_of_batch_norm_linear_detach(), backward=False)
-    without = sorted({str(n.target) for n in forward if "seq_nr" not in n.meta})
-    # in the functional joint, num_batches_tracked.add_(1) has become add
-    assert without == ["aten.abs.default", "aten.add.Tensor", "aten.detach.default", "aten.mean.default"], without
-    with_seq_nr = [n.meta["seq_nr"] for n in forward if "seq_nr" in n.meta and n.target is not operator.getitem]
-    assert len(with_seq_nr) == len(set(with_seq_nr)), "each autograd node stands for one forward op"
+def test_ops_that_make_no_autograd_node_carry_the_last_nodes_seq_nr():
+    """As in PyTorch's traces: every forward op has a seq_nr; one that made no autograd node
+    (BatchNorm's counter add, detach, ops on a tensor that needs no grad) carries the number of
+    the last node made before it, and only the op that made a node stands for it."""
+    joint = _joint_of_batch_norm_linear_detach()
+    forward = [n for n in _calls(joint, backward=False) if n.target is not operator.getitem]
+    table = [(str(n.target), n.meta["seq_nr"]) for n in forward]
+    first = table[0][1]
+    # in the functional joint, num_batches_tracked.add_(1) has become add, before batch norm's node
+    assert [(op, seq - first) for op, seq in table] == [
+        ("aten.add.Tensor", 0), ("aten._native_batch_norm_legit_functional.default", 1),
+        ("aten.detach.default", 1),
+        ("aten.abs.default", 1), ("aten.mean.default", 1), ("aten.t.default", 2), ("aten.addmm.default", 3),
+        ("aten.mul.Tensor", 4)], table
+    backward_seq_nrs = {n.meta["seq_nr"] for n in _calls(joint, backward=True)}
+    made_a_node = [seq for op, seq in table if op not in ("aten.add.Tensor", "aten.detach.default",
+                                                          "aten.abs.default", "aten.mean.default")]
+    assert len(made_a_node) == len(set(made_a_node)), "each autograd node stands for one forward op"
+    assert backward_seq_nrs <= set(made_a_node), (backward_seq_nrs, made_a_node)
 
 
 def test_in_place_write_to_a_view_is_differentiated_by_its_copy_slices():
