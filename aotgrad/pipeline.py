@@ -49,6 +49,21 @@ def _placeholder_vals(gm: fx.GraphModule) -> list:
     return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
 
 
+def _repeated_outputs(forward: fx.GraphModule, num_forward_outputs: int) -> tuple[int, ...]:
+    """The forward outputs the graph returns an earlier output's value for (one node at two
+    places: functionalization found their values equal), which CompiledFunction must return as
+    distinct tensors (function._apart)."""
+    returned = forward.graph.output_node().args[0][:num_forward_outputs]
+    seen: set = set()
+    repeated = []
+    for j, node in enumerate(returned):
+        if isinstance(node, fx.Node):
+            if node in seen:
+                repeated.append(j)
+            seen.add(node)
+    return tuple(repeated)
+
+
 def _reject_unsupported(traced: TracedJoint, fakes: Sequence[torch.Tensor], fn_name: str) -> None:
     storages: dict = {}
     for i, f in enumerate(fakes):
@@ -206,7 +221,8 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
                        p.detached_inputs, p.forward.meta.get("num_saved_sizes", 0),
-                       p.backward, bw_compiler, saved_outputs=p.saved_outputs)
+                       p.backward, bw_compiler, saved_outputs=p.saved_outputs,
+                       repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs))
     runtime = TrainingRuntime(plan, p.epilogue, enable_grad=p.enable_grad)
     if p.inner_leaves:
         runtime = WithInnerLeaves(runtime, p.inner_leaves)

@@ -461,3 +461,59 @@ def test_backward_does_not_reach_an_input_that_gets_no_gradient():
         x.mul_(2)  # b's grad_fn saved the old x: running it would fail
         f(leaf * 1, b).backward()
         torch.testing.assert_close(leaf.grad, torch.tensor(3.0))
+
+
+# Writes through a detached alias (`t = b.detach()`, `b.data`): t shares b's memory but not its
+# autograd history; the compiled graph computes one value for both, and each must keep its own
+# gradient (function._apart). Each program takes a 0-d leaf `a` and a non-leaf (2, 3) input `b`.
+def _detached_then_written_after_a_graded_write(a, b):
+    t = b.detach()
+    b.mul_(3.0)
+    t.copy_(a.view(-1))
+    return a, t, b
+
+
+def _detached_written_before_a_graded_write(a, b):
+    t = b.detach()
+    t.copy_(a.expand(2, 3))
+    b.mul_(a)
+    return t, b
+
+
+def _data_alias_multiplied_by_a_graded_value(a, b):
+    t = b.data
+    b.add_(a)
+    t.mul_(a)
+    return t * 2, b
+
+
+def _detached_alias_written_not_returned(a, b):
+    t = b.detach()
+    b.mul_(2.0)
+    t.add_(a)
+    return (b * a,)
+
+
+@pytest.mark.parametrize("fn", [_detached_then_written_after_a_graded_write, _detached_written_before_a_graded_write,
+                                _data_alias_multiplied_by_a_graded_value, _detached_alias_written_not_returned],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_writes_through_a_detached_alias_keep_each_tensors_gradient(fn):
+    def run(f):
+        torch.manual_seed(0)
+        a = torch.tensor(2.0, requires_grad=True)
+        b0 = torch.randn(2, 3, requires_grad=True)
+        b = b0 * 1
+        outs = f(a, b)
+        loss = sum((k + 1) * o.sum() for k, o in enumerate(outs) if o.requires_grad)
+        loss.backward()
+        shares = [o.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for o in outs]
+        return [o.detach() for o in outs], [o.requires_grad for o in outs], shares, b.detach(), a.grad, b0.grad
+
+    expected, actual = run(fn), run(aotgrad.aot_function(fn, aotgrad.nop))
+    for e, g in zip(expected, actual):
+        if isinstance(e, torch.Tensor):
+            assert torch.equal(e, g), (e, g)
+        elif isinstance(e, list) and e and isinstance(e[0], torch.Tensor):
+            assert all(torch.equal(x, y) for x, y in zip(e, g)), (e, g)
+        else:
+            assert e == g

@@ -42,6 +42,7 @@ class RuntimePlan:
     backward_graph: Any = None
     backward_compiler: Callable | None = None
     saved_outputs: tuple[int, ...] = ()  # saved tensors the forward also returns as outputs
+    repeated_outputs: tuple[int, ...] = ()  # forward outputs the graph returns an earlier one's value for
     _partial: dict = field(default_factory=dict)
 
     def backward_without(self, absent: tuple[int, ...]) -> BackwardVariant | None:
@@ -178,12 +179,19 @@ class CompiledFunction(torch.autograd.Function):
 fast_apply = super(torch.autograd.Function, CompiledFunction).apply
 
 
-def _apart(outs: tuple, differentiable: Sequence[bool]) -> tuple:
-    """outs, where one tensor is returned both as a differentiable output and as one that is
-    not (a user output that is also a mutated input's new value, `a.data.copy_(b)`): the
-    second place gets an alias (`detach()`), as marking it non-differentiable would mark both."""
+def _apart(outs: tuple, differentiable: Sequence[bool], repeated: Sequence[int] = ()) -> tuple:
+    """outs, where one tensor is returned at two places autograd must tell apart: as a
+    differentiable output and as one that is not (a user output that is also a mutated input's
+    new value, `a.data.copy_(b)`), or at the `repeated` places, where the graph returns one
+    value for two outputs with histories of their own (an alias written through `detach()`
+    and the input it aliases, both returned). The second place gets an alias (`detach()`):
+    marking it non-differentiable would mark both, and autograd gives one tensor one output
+    number, so one output's gradient would arrive as the other's (and the first get none)."""
     wanted = {id(o) for o, d in zip(outs, differentiable) if d and isinstance(o, torch.Tensor)}
-    return tuple(o.detach() if not d and id(o) in wanted else o for o, d in zip(outs, differentiable))
+    outs = tuple(o.detach() if not d and id(o) in wanted else o for o, d in zip(outs, differentiable))
+    if repeated:
+        outs = tuple(o.detach() if j in repeated and isinstance(o, torch.Tensor) else o for j, o in enumerate(outs))
+    return outs
 
 
 def _not_a_view(out: Any, inputs: tuple) -> Any:

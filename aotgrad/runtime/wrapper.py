@@ -109,9 +109,9 @@ def forward_code(plan) -> Callable:
         code(f"    {name} = results[{j}]")
         code(f"    if isinstance({name}, Tensor) and {name}._base is not None:")
         code(f"        {name} = {code.const(_not_a_view, 'not_a_view')}({name}, args)")
-    if not all(plan.differentiable):
+    if not all(plan.differentiable) or plan.repeated_outputs:
         code(f"    {_tuple(outs)} = {code.const(_apart, 'apart')}({_tuple(outs)}, "
-             f"{code.const(plan.differentiable)})")
+             f"{code.const(plan.differentiable)}, {code.const(frozenset(plan.repeated_outputs))})")
     code.const(torch.Tensor, "Tensor")
     code(f"    ctx.plan = {code.const(plan, 'plan')}")
     k = f"len(results) - {plan.num_saved_sizes}" if plan.num_saved_sizes else "len(results)"
