@@ -11,7 +11,8 @@ Hypothesis shrinks the draws, and with them the program.
 
 Grammar: pointwise (unary, binary with broadcasting, scalars), reductions, matmul,
 views (view, reshape, transpose, t, slicing, select, expand, unsqueeze, squeeze,
-split/chunk/unbind, diagonal, as_strided, permute, narrow, detach, contiguous), in-place
+split/chunk/unbind, diagonal, as_strided, permute, narrow, detach, contiguous), detached
+aliases (`detach()`, `.data`: drawn as often as a kind of their own), in-place
 ops (add_, mul_, copy_, zero_, unary_, index assignment, t_/unsqueeze_ metadata
 changes) on any value, regions under `torch.no_grad()`, and outputs drawn among all
 values (inputs, views of inputs, intermediates, views of intermediates, repeats).
@@ -458,9 +459,17 @@ def _inplace(draw, shadow, x, t):
     return f"{x}[{index}] = {_value_for(draw, shadow, target.shape)}"
 
 
-EXPRESSIONS = {"unary": _unary, "binary": _binary, "reduction": _reduction, "matmul": _matmul, "view": _view}
+def _detached(draw, shadow, x, t):
+    """An alias sharing x's memory but not its autograd history (later writes through either
+    change both's values, each keeps its own gradient)."""
+    return draw(st.sampled_from([f"{x}.detach()", f"{x}.data"]))
+
+
+EXPRESSIONS = {"unary": _unary, "binary": _binary, "reduction": _reduction, "matmul": _matmul, "view": _view,
+               "detached": _detached}
 # sampled_from shrinks towards the first entry: simplest first; views and in-place ops weighted up.
-KINDS = ["unary", "view", "inplace", "binary", "view", "inplace", "reduction", "matmul", "no_grad", "view"]
+KINDS = ["unary", "view", "inplace", "binary", "view", "inplace", "reduction", "matmul", "no_grad", "view",
+         "detached"]
 
 
 def _statement(draw, shadow: Shadow, kind: str, no_grad: bool) -> Stmt | None:
