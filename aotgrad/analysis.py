@@ -387,8 +387,7 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
             continue
         base = values[info.index] if info.kind is OutputKind.ALIAS_OF_INPUT else forward_outputs[info.index]
         if _rebuilt_autograd(info, base) != _autograd_of(outs[k]):
-            viewed = outs[k]._base is not None and (info.kind is OutputKind.ALIAS_OF_INPUT
-                                                   or len(storage_users[_storage(outs[k])]) > 1)
+            viewed = _base_reachable(outs[k], outs, values)
             info = dataclasses.replace(info, history=len(forward_outputs))
             forward_outputs.append(_history_carrier(outs[k], k, viewed))
         # (`unsafe_split`'s outputs have counters of their own too, but a history a view gives)
@@ -430,6 +429,15 @@ def _replayed_autograd(steps: Sequence[ViewStep], requires_grad: bool, has_grad_
         elif requires_grad:
             has_grad_fn = step.grad_enabled  # a view taken under no_grad requires grad, without a grad_fn
     return requires_grad, has_grad_fn
+
+
+def _base_reachable(out: torch.Tensor, outs: Sequence[Any], values: Sequence[torch.Tensor]) -> bool:
+    """Is `out` a view whose base the caller gets (an output or an input)? A write to that base
+    would make eager regenerate the view's grad_fn from the base's. (A view of an intermediate
+    the caller never sees, say of a detached alias, keeps its own history whatever the caller
+    writes into the memory they share.)"""
+    base = out._base
+    return base is not None and (any(base is o for o in outs) or any(base is v for v in values))
 
 
 def _history_carrier(out: torch.Tensor, k: int, viewed: bool) -> torch.Tensor:

@@ -517,3 +517,22 @@ def test_writes_through_a_detached_alias_keep_each_tensors_gradient(fn):
             assert all(torch.equal(x, y) for x, y in zip(e, g)), (e, g)
         else:
             assert e == g
+
+
+def _view_of_a_detached_alias_written_with_its_base_returned(a, b):
+    c = b * 1
+    u = c.detach().view(-1)
+    u.mul_(a)  # u takes a history (a view of the alias's CopySlices); c keeps its own
+    return c, u
+
+
+def _view_of_a_detached_input_alias_written(a, b):
+    u = b.detach().view(-1)
+    u.add_(a)
+    return (u,)
+
+
+@pytest.mark.parametrize("fn", [_view_of_a_detached_alias_written_with_its_base_returned,
+                                _view_of_a_detached_input_alias_written], ids=lambda f: f.__name__.strip("_"))
+def test_a_view_of_a_detached_alias_keeps_the_history_a_write_gave_it(fn):
+    assert_same_as_eager(fn, [torch.tensor(2.0, requires_grad=True), torch.randn(2, 3, requires_grad=True)])
