@@ -536,3 +536,40 @@ def _view_of_a_detached_input_alias_written(a, b):
                                 _view_of_a_detached_input_alias_written], ids=lambda f: f.__name__.strip("_"))
 def test_a_view_of_a_detached_alias_keeps_the_history_a_write_gave_it(fn):
     assert_same_as_eager(fn, [torch.tensor(2.0, requires_grad=True), torch.randn(2, 3, requires_grad=True)])
+
+
+def _written_under_inference_mode(a, b):
+    c = b * 1
+    with torch.inference_mode():
+        c.mul_(2)  # values change, c's history does not
+    return (c * a,)
+
+
+def _detached_in_place_after_a_view_was_taken(a, b):
+    c = b * 1
+    v = c.view(-1)
+    c.detach_()
+    return v * a, c
+
+
+def _detached_alias_and_base_both_written(a, b):
+    c = b * 1
+    t = c.detach()
+    t.mul_(a)
+    c.add_(a)
+    return c, t
+
+
+def _data_alias_written_after_its_base(a, b):
+    c = b.clone()
+    t = c.data
+    c.mul_(a)
+    t.add_(a)
+    return c, t, t.sum()
+
+
+@pytest.mark.parametrize("fn", [_written_under_inference_mode, _detached_in_place_after_a_view_was_taken,
+                                _detached_alias_and_base_both_written, _data_alias_written_after_its_base],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_aliases_without_history_match_eager(fn):
+    assert_same_as_eager(fn, [torch.tensor(2.0, requires_grad=True), torch.randn(2, 3, requires_grad=True)])
