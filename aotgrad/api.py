@@ -2,11 +2,14 @@
 
 The pipeline each compile runs is pipeline.py (`compile_flat`). Each entry point
 flattens its inputs, keys a cache on what the compiled code assumed (sizes, strides,
-dtypes, requires_grad, duplicated inputs, grad mode), and compiles on a miss.
+dtypes, requires_grad, duplicated inputs, grad mode), and compiles on a miss. Threads
+share the cache: a function compiles one entry at a time, and a thread missing while
+another compiles waits, then looks again (`_cached`).
 """
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -175,15 +178,25 @@ class _Entry:
     record: Any = None             # phases.CompileRecord of its compile
 
 
-def _cached(cache: dict, key: tuple, tensors, keep, compile_: Callable[[], _Entry]) -> _Entry:
-    """The entry for `key` whose guard the inputs pass (static entries have none), else a new one."""
-    entries = cache.get(key)
-    if entries is not None:
-        for entry in entries:
-            if entry.guard is None or entry.guard(tensors, keep):
-                return entry
-    entry = compile_()
-    cache.setdefault(key, []).append(entry)
+def _find(cache: dict, key: tuple, tensors, keep) -> _Entry | None:
+    """The entry for `key` whose guard the inputs pass (static entries have none)."""
+    for entry in cache.get(key, ()):
+        if entry.guard is None or entry.guard(tensors, keep):
+            return entry
+    return None
+
+
+def _cached(cache: dict, key: tuple, tensors, keep, compile_: Callable[[], _Entry], lock) -> _Entry:
+    """The entry for `key` the inputs fit, else a new one. Entries are added whole, under
+    `lock`: a thread that waited for another's compile finds its entry on the second look."""
+    entry = _find(cache, key, tensors, keep)
+    if entry is not None:
+        return entry
+    with lock:
+        entry = _find(cache, key, tensors, keep)
+        if entry is None:
+            entry = compile_()
+            cache.setdefault(key, []).append(entry)
     return entry
 
 
@@ -192,11 +205,17 @@ class AotFunction:
 
     The signature holds each tensor's shape and strides; with dynamic=True only its rank
     (sizes are symbols), and an entry is reused for new sizes when they pass the guards
-    the trace recorded in its ShapeEnv."""
+    the trace recorded in its ShapeEnv.
+
+    Threads may call it at once, first calls included: it compiles one entry at a time
+    (`compile_lock`), and a thread wanting an entry another is compiling waits for it."""
 
     def __init__(self, fn: Callable, options: Options):
         self.fn = fn
         self.options = options
+        # Held while compiling. Reentrant: a function that calls itself while being traced
+        # compiles the inner call on the same thread instead of waiting for itself.
+        self.compile_lock = threading.RLock()
         self._tensor_key = _dynamic_tensor_key if options.dynamic else _tensor_key
         self.cache: dict[tuple, tuple] = {}
         self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
@@ -219,6 +238,12 @@ class AotFunction:
             outs = synthetic_base.run(runtime, tensors, keep)
         return pytree.tree_unflatten(outs, out_spec[0])
 
+    def __getstate__(self) -> dict:  # copy.deepcopy of an aot_module: the copy gets a lock of its own
+        return {k: v for k, v in self.__dict__.items() if k != "compile_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, compile_lock=threading.RLock())
+
     def precompile(self, *args, **kwargs) -> None:
         """Compile for inputs like these (real or fake) without running."""
         self._entry(args, kwargs)
@@ -234,7 +259,7 @@ class AotFunction:
         key = (spec, others, source, _storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
                tuple(self._tensor_key(t) for t in tensors))
         entry = _cached(self.cache, key, tensors, keep,
-                        lambda: self._compile(flat, spec, positions, keep, source, tensors, key))
+                        lambda: self._compile(flat, spec, positions, keep, source, tensors, key), self.compile_lock)
         return entry, tensors, keep
 
     def _flat_entry(self, tensors: tuple):
@@ -246,7 +271,7 @@ class AotFunction:
         def compile_():
             flat, spec = pytree.tree_flatten((tensors, {}))
             return self._compile(flat, spec, list(range(len(flat))), keep, source, list(tensors), key, flat_call=True)
-        entry = _cached(self.flat_cache, key, tensors, keep, compile_)
+        entry = _cached(self.flat_cache, key, tensors, keep, compile_, self.compile_lock)
         self._fast = entry.call
         return entry, tensors, keep
 
@@ -364,8 +389,11 @@ class AotModule(torch.nn.Module):
         self.compiled = AotFunction(functional_call, options)
 
     def forward(self, *args, **kwargs):
-        state = {**dict(self.orig_module.named_parameters(remove_duplicate=False)),
-                 **dict(self.orig_module.named_buffers(remove_duplicate=False))}
+        # While a compile traces the module, its parameters are that compile's fake tensors
+        # (functional_call above): read them only between compiles.
+        with self.compiled.compile_lock:
+            state = {**dict(self.orig_module.named_parameters(remove_duplicate=False)),
+                     **dict(self.orig_module.named_buffers(remove_duplicate=False))}
         return self.compiled(state, args, kwargs)
 
 

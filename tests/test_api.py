@@ -1,9 +1,14 @@
 """aot_function / aot_module against eager: outputs, grads, mutations, aliasing."""
+import copy
+import threading
+
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 import aotgrad
 from tests.oracle import assert_same_as_eager
+from tests.threads import at_once
 
 
 def test_pointwise_chain_matches_eager():
@@ -573,3 +578,104 @@ def _data_alias_written_after_its_base(a, b):
                          ids=lambda f: f.__name__.strip("_"))
 def test_aliases_without_history_match_eager(fn):
     assert_same_as_eager(fn, [torch.tensor(2.0, requires_grad=True), torch.randn(2, 3, requires_grad=True)])
+
+
+def _counting_nop(compiled_graphs: list):
+    def compiler(gm, example_inputs):
+        compiled_graphs.append(gm)
+        return aotgrad.nop(gm, example_inputs)
+    return compiler
+
+
+def test_first_calls_of_an_aot_module_from_eight_threads_at_once_match_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    params = list(model.parameters())
+    xs = [torch.randn(5, 8, requires_grad=True) for _ in range(8)]
+
+    def step(f, x):  # autograd.grad: the threads' parameter gradients stay apart
+        out = f(x)
+        return out.detach(), torch.autograd.grad((out * out).sum(), [x, *params])
+
+    for _ in range(3):  # a fresh compile each round
+        graphs: list = []
+        compiled = aotgrad.aot_module(model, _counting_nop(graphs))
+        results = at_once(lambda i: step(compiled, xs[i]), 8)
+        assert len(graphs) == 2  # one forward and one backward: the other threads waited for them
+        for x, (out, grads) in zip(xs, results):  # (eager after the threads: the model is real again)
+            expected_out, expected_grads = step(model, x)
+            torch.testing.assert_close(out, expected_out)
+            torch.testing.assert_close(grads, expected_grads)
+
+
+class _StartsAThreadWhileTraced(torch.nn.Module):
+    """Starts `thread` from inside its first trace (where its weight is a fake tensor)."""
+
+    def __init__(self, thread: threading.Thread):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.thread = [thread]
+
+    def forward(self, x):
+        if self.thread and isinstance(self.linear.weight, FakeTensor):
+            self.thread.pop().start()  # its call runs while this trace holds fake parameters
+        return self.linear(x).relu()
+
+
+def test_a_call_from_another_thread_while_an_aot_module_traces_waits_for_the_compile():
+    torch.manual_seed(0)
+    first, second = torch.randn(2, 4), torch.randn(2, 4)
+    results: dict = {}
+
+    def call_second():
+        try:
+            results["second"] = compiled(second)
+        except Exception as e:  # noqa: BLE001 - raised again below
+            results["error"] = e
+
+    thread = threading.Thread(target=call_second)
+    model = _StartsAThreadWhileTraced(thread)
+    graphs: list = []
+    compiled = aotgrad.aot_module(model, _counting_nop(graphs))
+    out = compiled(first)
+    thread.join()
+    assert "error" not in results, results["error"]
+    torch.testing.assert_close(out, model(first))
+    torch.testing.assert_close(results["second"], model(second))
+    assert not any(isinstance(p, FakeTensor) for p in model.parameters())
+    assert len(graphs) == 2
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_first_calls_of_an_aot_function_from_eight_threads_compile_once(dynamic):
+    def fn(x, w):
+        return (x @ w).tanh() * x.sum(dim=1, keepdim=True)
+
+    torch.manual_seed(0)
+    w = torch.randn(6, 3, requires_grad=True)
+    # dynamic=True: eight batch sizes, all served by the first thread's graph (its guards pass)
+    xs = [torch.randn(3 + i if dynamic else 4, 6, requires_grad=True) for i in range(8)]
+    graphs: list = []
+    compiled = aotgrad.aot_function(fn, _counting_nop(graphs), dynamic=dynamic)
+
+    def step(f, x):
+        out = f(x, w)
+        return out.detach(), torch.autograd.grad(out.sum(), (x, w))
+
+    results = at_once(lambda i: step(compiled, xs[i]), 8)
+    assert len(graphs) == 2
+    for x, (out, grads) in zip(xs, results):
+        expected_out, expected_grads = step(fn, x)
+        torch.testing.assert_close(out, expected_out)
+        torch.testing.assert_close(grads, expected_grads)
+
+
+def test_copy_of_an_aot_module_compiles_on_its_own():
+    model = torch.nn.Linear(3, 2)
+    compiled = aotgrad.aot_module(model, aotgrad.nop)
+    twin = copy.deepcopy(compiled)
+    x = torch.randn(4, 3)
+    for m in (compiled, twin):
+        torch.testing.assert_close(m(x), model(x))
+    assert twin.compiled.compile_lock is not compiled.compiled.compile_lock
+    assert len(twin.compiled.cache) == len(compiled.compiled.cache) == 1

@@ -15,6 +15,7 @@ from torch._inductor.decomposition import select_decomp_table
 
 import aotgrad  # noqa: F401  (registers the backends)
 from aotgrad.backends import InductorCompilers
+from tests.threads import at_once
 
 BACKENDS = ["aotgrad", "aotgrad_inductor"]
 
@@ -207,3 +208,25 @@ def test_aotgrad_backend_with_a_memory_budget_matches_eager(monkeypatch):
     torch.testing.assert_close(actual, expected)
     for p, g in zip(model.parameters(), grads):
         torch.testing.assert_close(p.grad, g)
+
+
+def test_first_calls_of_a_compiled_model_from_eight_threads_at_once_match_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    params = list(model.parameters())
+    xs = [torch.randn(5, 8, requires_grad=True) for _ in range(8)]
+
+    def step(f, x):  # autograd.grad: the threads' parameter gradients stay apart
+        out = f(x)
+        return out.detach(), torch.autograd.grad((out * out).sum(), [x, *params])
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aotgrad")
+    try:  # (dynamo compiles the frame once for each thread that arrived during its first compile)
+        results = at_once(lambda i: step(compiled, xs[i]), 8)
+    finally:
+        torch._dynamo.reset()
+    for x, (out, grads) in zip(xs, results):
+        expected_out, expected_grads = step(model, x)
+        torch.testing.assert_close(out, expected_out)
+        torch.testing.assert_close(grads, expected_grads)

@@ -1,13 +1,16 @@
 """The engine's semantics under compiled autograd, each against eager: summation where paths
 meet, inputs= pruning, autograd.grad, retain_graph, accumulation into .grad, retain_grad,
 callbacks, interception and restoring."""
+import copy
+
 import pytest
 import torch
 
 import aotgrad
 from aotgrad import compiled_autograd
 from aotgrad.compiled_autograd import callout
-from tests.compiled_autograd.helpers import check, current_compiler
+from tests.compiled_autograd.helpers import COMPILERS, check, current_compiler, same
+from tests.threads import at_once
 
 
 def _mlp():
@@ -346,6 +349,35 @@ def test_other_threads_keep_the_eager_engine():
         t.join()
     assert torch.equal(result["grad"], torch.full((3,), 2.0))
     assert captures == []
+
+
+@pytest.mark.one_compiler
+@pytest.mark.parametrize("compiler_name", ["identity", "aotgrad"])
+def test_first_backwards_of_eight_threads_at_once_match_eager(compiler_name):
+    torch.manual_seed(0)
+    models = [_mlp() for _ in range(8)]
+    xs = [torch.randn(3, 4) for _ in range(8)]
+
+    def grads(model, x) -> list:
+        (model(x) * x).sum().backward()
+        return [p.grad for p in model.parameters()]
+
+    expected = [grads(copy.deepcopy(m), x) for m, x in zip(models, xs)]
+    compiler_fn = COMPILERS[compiler_name]  # one compiler: the threads share its cache
+    compiled_autograd.reset()
+    torch._dynamo.reset()
+
+    def run(i: int) -> list:
+        with compiled_autograd.enable(compiler_fn):
+            return grads(models[i], xs[i])
+
+    try:
+        results = at_once(run, 8)
+    finally:
+        torch._dynamo.reset()
+    assert same(expected, results, exact=compiler_name == "identity")
+    counts = aotgrad.counters["compiled_autograd"]
+    assert counts["eager_fallbacks"] == 0 and counts["captures"] + counts["hits"] == 8, counts
 
 
 @pytest.mark.all_compilers
