@@ -164,6 +164,15 @@ def test_a_size_guard_failing_recompiles_and_stays_right():
     assert len(compiler.graphs) == 4  # one pair for each branch
 
 
+def test_a_size_fixed_by_an_equality_guard_recompiles_for_other_sizes():
+    def fn(x):
+        if x.shape[0] == 3:  # the trace makes the size the constant 3
+            return x.sin() * 2
+        return x.cos()
+    compiler = _check_sweep(fn, lambda n: (torch.randn(n, 2, requires_grad=True),), [3, 4, 3, 5])
+    assert len(compiler.graphs) == 4  # one pair for size 3, one for every other size
+
+
 def test_size_one_is_specialised_and_then_reused():
     compiler = _check_sweep(_mlp, _mlp_inputs, [6, 1, 1, 7])
     assert len(compiler.graphs) == 4  # sizes 0 and 1 are never symbols (as in torch.compile)
