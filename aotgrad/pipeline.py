@@ -241,7 +241,9 @@ def _shape_guard(fake_mode, fakes: list) -> Callable[[list], bool]:
     shape_env = fake_mode.shape_env
 
     def check(args: list) -> bool:
-        return shape_env.evaluate_guards_for_args(fakes, args)
+        # ignore_static=False: a size the trace fixed (`x.shape[0] == 3` made s0 the constant
+        # 3) reads as static on the fakes, and only this check can see a call differ from it
+        return shape_env.evaluate_guards_for_args(fakes, args, ignore_static=False)
     return check
 
 

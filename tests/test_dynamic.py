@@ -2,6 +2,8 @@
 
 aot_function(..., dynamic=True) traces with symbolic sizes; these tests sweep sizes and
 compare outputs and gradients with eager, and count how often the graphs were compiled."""
+import math
+
 import pytest
 import torch
 
@@ -162,6 +164,15 @@ def test_a_size_guard_failing_recompiles_and_stays_right():
         return x.cos()
     compiler = _check_sweep(fn, lambda n: (torch.randn(n, 2, requires_grad=True),), [8, 9, 3, 2, 10])
     assert len(compiler.graphs) == 4  # one pair for each branch
+
+
+def test_a_size_fixed_by_an_equality_guard_recompiles_for_other_sizes():
+    def fn(x):
+        if x.shape[0] == 3:  # the trace makes the size the constant 3
+            return x.sin() * 2
+        return x.cos()
+    compiler = _check_sweep(fn, lambda n: (torch.randn(n, 2, requires_grad=True),), [3, 4, 3, 5])
+    assert len(compiler.graphs) == 4  # one pair for size 3, one for every other size
 
 
 def test_size_one_is_specialised_and_then_reused():
@@ -437,4 +448,135 @@ def test_aotgrad_inductor_dynamic_backward_gets_each_symbol_bare():
     # is compiled for them rebuilt from the symbolic sizes, else seq would be pinned to 6
     counts = _train_sweep(TokenModel(), lambda k: (torch.randint(0, 32, sizes[k]),), range(3), dynamic=True,
                           inner=aotgrad_inductor_backend)
+    assert counts == [1, 1, 1]
+
+
+# -- symbolic floats and other symbolic expressions (issue 21) ----------------------------
+
+def _compile_sweep(fn, make_inputs, keys):
+    """torch.compile(fn, backend=aotgrad, dynamic=True) against eager over `keys`: outputs and
+    the gradients of every input that requires grad; returns how often dynamo compiled."""
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    compiled = torch.compile(fn, backend=backend, dynamic=True)
+    for key in keys:
+        inputs = make_inputs(key)
+        twins = [t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                 for t in inputs]
+        actual, expected = compiled(*inputs), fn(*twins)
+        torch.testing.assert_close(actual, expected)
+        loss = (lambda out: out.abs().sum() if out.is_complex() else out.sum())
+        if isinstance(expected, torch.Tensor) and expected.requires_grad:
+            loss(actual).backward()
+            loss(expected).backward()
+            for a, e in zip(inputs, twins):
+                if isinstance(e, torch.Tensor) and e.requires_grad:
+                    torch.testing.assert_close(a.grad, e.grad)
+    return backend.compiles
+
+
+def _new_gelu(x):
+    # GPT-2's NewGELUActivation: dynamo passes math.pi as a tensor and reads it with .item(),
+    # so sqrt(2 / pi) is a symbolic float no input size gives
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def test_compile_dynamic_gelu_with_a_symbolic_float_constant_compiles_once():
+    assert _compile_sweep(_new_gelu, lambda n: (torch.randn(2, n, requires_grad=True),), [3, 5, 8]) == 1
+
+
+def test_compile_dynamic_attention_scaled_by_the_symbolic_head_size_compiles_once():
+    def attention(q, k, v):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # torch._sym_sqrt(ToFloat(s))
+        return scores.softmax(-1) @ v * (q.shape[-1] ** -0.5)
+
+    def make_inputs(n):
+        return tuple(torch.randn(2, n + 1, n, requires_grad=True) for _ in range(3))
+    assert _compile_sweep(attention, make_inputs, [3, 5, 8]) == 1
+
+
+def test_compile_dynamic_float_argument_in_math_functions_compiles_once():
+    def fn(x, a):
+        return x * math.sqrt(2.0 / a) + math.cos(a) * x.shape[0] / 3 + int(a) + round(a) + math.floor(a * 2)
+    inputs = {a: (torch.randn(4, 3, requires_grad=True), a) for a in (1.75, 2.5, 3.25)}
+    assert _compile_sweep(fn, inputs.get, inputs) == 1
+
+
+def test_compile_dynamic_size_arithmetic_in_floats_ints_and_bools_compiles_once():
+    def fn(x):
+        n = x.shape[1]
+        scale = (n / 3 + math.floor(n / 2) + math.ceil(n / 4) + min(n, 4) + max(n, 4) + n // 2 + n % 3 + n ** 2
+                 + n ** 0.5 + abs(n - 6) + torch.sym_float(n) * 0.25 + round(n / 3, 2))
+        return x * scale * (n > 4) + torch.full((1,), torch.sym_ite(n > 4, n / 7, 2.0 * n))
+    assert _compile_sweep(fn, lambda n: (torch.randn(2, n, requires_grad=True),), [3, 5, 7]) == 1
+
+
+def test_compile_dynamic_view_sized_by_a_float_argument_gets_each_calls_size():
+    """The output is a view of the input rebuilt after the graph; its size floor(2 * a) is
+    computed from the float a at run time."""
+    def fn(x, a):
+        return x.view(math.floor(a * 2), -1)
+    inputs = {a: (torch.randn(6 * 5, 2), a) for a in (1.75, 2.5, 3.25, 2.75)}  # sizes 3, 5, 6, 5
+    _compile_sweep(fn, inputs.get, inputs)
+
+
+def test_compile_dynamic_complex_scalar_times_a_tensor():
+    def fn(x):
+        y = x * 2j
+        return torch.view_as_real(y * (1 - 3j)) + (1j * x).imag[:, None]
+    assert _compile_sweep(fn, lambda n: (torch.randn(n, requires_grad=True),), [3, 5, 8]) == 1
+
+
+def test_compile_dynamic_complex_tensor_times_a_complex_scalar():
+    def fn(x):
+        return torch.view_as_complex(x.reshape(-1, 2)) * (1 + 2j)
+    assert _compile_sweep(fn, lambda n: (torch.randn(2, 2 * n, requires_grad=True),), [3, 5, 8]) == 1
+
+
+class _NewGELU(torch.nn.Module):
+    def forward(self, x):
+        return _new_gelu(x)
+
+
+class _GPT2Attention(torch.nn.Module):
+    """GPT-2's eager attention: fused qkv, causal mask, scores / sqrt(head size)."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.c_attn, self.c_proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.c_attn(x).split(d, dim=-1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(v.size(-1))
+        causal = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
+        return self.c_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class _TinyGPT2(torch.nn.Module):
+    """GPT-2 (n_layer=2, n_embd=64, n_head=2, vocab 100) written out, as transformers builds it."""
+
+    def __init__(self, vocab=100, d=64, heads=2, layers=2, positions=32):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(vocab, d), torch.nn.Embedding(positions, d)
+        self.blocks = torch.nn.ModuleList(torch.nn.ModuleDict({
+            "ln_1": torch.nn.LayerNorm(d), "attn": _GPT2Attention(d, heads), "ln_2": torch.nn.LayerNorm(d),
+            "mlp": torch.nn.Sequential(torch.nn.Linear(d, 4 * d), _NewGELU(), torch.nn.Linear(4 * d, d)),
+        }) for _ in range(layers))
+        self.ln_f = torch.nn.LayerNorm(d)
+
+    def forward(self, ids):
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        for block in self.blocks:
+            x = x + block["attn"](block["ln_1"](x))
+            x = x + block["mlp"](block["ln_2"](x))
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+
+def test_compile_dynamic_tiny_gpt2_three_sequence_lengths_one_compile():
+    torch.manual_seed(0)
+    counts = _train_sweep(_TinyGPT2(), lambda t: (torch.randint(0, 100, (2, t)),), [7, 12, 19], dynamic=True)
     assert counts == [1, 1, 1]

@@ -372,8 +372,11 @@ class _Functionalizer:
             return self.on_metadata_mutation(node)
         if op in rules.RESIZES:
             return self.on_resize(node)
-        if getattr(op, "is_view", False):
+        if getattr(op, "is_view", False) and isinstance(node.args[0], fx.Node):
             return self.on_view(node)
+        # A view of a Python number (`_conj(2j)`: the backward of `x * 2j` conjugates the
+        # scalar autograd saved, which reaches the tracer as the number) views a tensor the
+        # op makes from the number on each call: nothing else shares its memory, so it is fresh.
         if rules.is_mutating(op, node.args, node.kwargs):
             return self.on_mutation(node)
         args, kwargs = pytree.tree_map(self.arg_value, (node.args, node.kwargs))

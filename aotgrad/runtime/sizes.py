@@ -16,6 +16,8 @@ from typing import Any, Sequence
 import sympy
 import torch
 
+from aotgrad.trace.symbolic import sympy_number
+
 SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -41,9 +43,9 @@ class SymbolSources:
     def bind(self, inputs: Sequence[Any], outs: Sequence[Any] = ()) -> dict:
         env = {}
         for symbol, (index, kind, dim) in self.where.items():
-            env[symbol] = sympy.Integer(_read(inputs[index], kind, dim))
+            env[symbol] = sympy_number(_read(inputs[index], kind, dim))
         for symbol, (index, kind, dim) in self.in_outputs.items():
-            env[symbol] = sympy.Integer(_read(outs[index], kind, dim))
+            env[symbol] = sympy_number(_read(outs[index], kind, dim))
         return env
 
     @staticmethod

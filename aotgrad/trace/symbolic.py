@@ -12,6 +12,11 @@ nodes, one node per distinct sub-expression:
     s0 = sym_size(x, 0)          # bound on first use
     mul = operator.mul(s0, 2)    # 2*s0
     view = aten.view(y, [mul, -1])
+
+Symbolic floats and bools are values like any other (`x * math.sqrt(2.0 / a)` with a float
+argument `a`, `scores / math.sqrt(q.shape[-1])`): `OpaqueUnaryFn_sqrt(FloatTrueDiv(2.0, zf0))`
+becomes `torch._sym_sqrt(operator.truediv(2.0, item))`, the calls Dynamo's own graphs make.
+An expression no such call builds is fixed at the example's value with a guard on its symbols.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from typing import Any, Callable
 import sympy
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, guard_scalar
 from torch.utils._sympy import functions as symfn
 
 from aotgrad.errors import UnsupportedError
@@ -30,7 +36,9 @@ aten = torch.ops.aten
 
 SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
-# sympy function -> the Python operation on SymInts that builds it (two arguments)
+# sympy function -> the Python operation on SymInts/SymFloats/SymBools that builds it; the
+# graph calls the same operation on the call's ints, floats and bools (as Dynamo's graphs do).
+# Two or more arguments: applied left to right, `max(a, b, c)` as `sym_max(sym_max(a, b), c)`.
 _BINARY: dict[type, Callable] = {
     symfn.FloorDiv: operator.floordiv,
     symfn.CleanDiv: operator.floordiv,
@@ -47,22 +55,38 @@ _BINARY: dict[type, Callable] = {
     sympy.Le: operator.le,
     sympy.Gt: operator.gt,
     sympy.Ge: operator.ge,
-    symfn.IntTrueDiv: operator.truediv,
+    symfn.IntTrueDiv: operator.truediv,     # int / int: Python's exact quotient, rounded once
     symfn.FloatTrueDiv: operator.truediv,
     symfn.FloatPow: operator.pow,
     symfn.PowByNatural: operator.pow,
+    symfn.RoundDecimal: round,              # round(x, ndigits)
+    symfn.LShift: operator.lshift,
+    symfn.RShift: operator.rshift,
+    symfn.BitwiseFn_bitwise_and: operator.and_,
+    symfn.BitwiseFn_bitwise_or: operator.or_,
+    symfn.BitwiseFn_bitwise_xor: operator.xor,
     sympy.And: operator.and_,
     sympy.Or: operator.or_,
 }
 
-# one-argument functions (int <-> float conversions)
+# one-argument functions: conversions, rounding, and the math functions of SymFloats
 _UNARY: dict[type, Callable] = {
     symfn.ToFloat: torch.sym_float,
-    symfn.TruncToInt: torch.sym_int,
+    symfn.TruncToInt: math.trunc,           # int(x), torch.sym_int(x)
     symfn.FloorToInt: math.floor,
+    sympy.floor: math.floor,
     symfn.CeilToInt: math.ceil,
+    sympy.ceiling: math.ceil,
+    symfn.RoundToInt: round,
+    sympy.Abs: abs,
     sympy.Not: torch.sym_not,
+    # math.sqrt(x), math.cos(x), ... on a SymFloat: torch._sym_sqrt, ... (sym_node's math_op_names)
+    **{getattr(symfn, f"OpaqueUnaryFn_{name}"): getattr(torch, f"_sym_{name}")
+       for name in ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")},
 }
+
+
+_WHAT = {torch.SymInt: "a size", torch.SymFloat: "a symbolic float", torch.SymBool: "a symbolic bool"}
 
 
 def is_symbolic(value: Any) -> bool:
@@ -137,15 +161,18 @@ class SymbolicValues:
         return self.vals.get(symbol)
 
     # -- expressions ------------------------------------------------------------
-    def node_for(self, value: Any, what: str = "a size") -> Any:
+    def node_for(self, value: Any, what: str | None = None) -> Any:
         """The graph value of a SymInt/SymFloat/SymBool: an int (bool, float) if it is a
-        constant, else the node computing its expression."""
+        constant, else the node computing its expression. `what` names the value in errors."""
+        what = what or _WHAT[type(value)]
         constant = value.node.maybe_as_int() if isinstance(value, torch.SymInt) else None
         if constant is not None:
             return constant
         expr = value.node.expr
         if expr.is_number or expr in (sympy.true, sympy.false):
-            return _python_number(expr)
+            # of the value's type: sympy writes the SymFloat `a - a` as the Integer 0, and
+            # `int_tensor * 0` would stay an int tensor where `int_tensor * 0.0` is a float one
+            return value.node.pytype(_python_number(expr))
         return self._emit(expr, value, what)
 
     def _emit(self, expr: sympy.Expr, val: Any, what: str) -> Any:
@@ -185,36 +212,61 @@ class SymbolicValues:
         return node, val
 
     def _compute(self, expr: sympy.Expr, what: str) -> tuple[Any, Any]:
-        """Nodes for a compound expression, built from its parts' nodes and SymInts."""
+        """Nodes for a compound expression, built from its parts' nodes and values; an
+        expression no Python operation builds is specialised (`_specialise`)."""
         if isinstance(expr, sympy.Add):
             return self._fold(expr.args, operator.add, what)
         if isinstance(expr, sympy.Mul):
             return self._fold(expr.args, operator.mul, what)
-        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 0:
-            return self._apply(operator.pow, (expr.base, expr.exp), what)
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:  # `s0*s0` is Pow(s0, 2)
+            return self._fold((expr.base, expr.exp), operator.pow, what)
         if isinstance(expr, sympy.Piecewise):
             return self._choice(list(expr.args), what)
         if isinstance(expr, symfn.Where):
             return self._choice([(expr.args[1], expr.args[0]), (expr.args[2], sympy.true)], what)
         if isinstance(expr, symfn.Identity):
             return self._part(expr.args[0], what)
+        if isinstance(expr, symfn.ModularIndexing):  # (x // div) % mod
+            base, divisor, modulus = expr.args
+            return self._fold((symfn.FloorDiv(base, divisor), modulus), operator.mod, what)
         unary = _UNARY.get(type(expr))
         if unary is not None and len(expr.args) == 1:
             node, val = self._part(expr.args[0], what)
-            result = unary(val)
-            if not isinstance(node, fx.Node):
-                return result, result
-            new = self.graph.call_function(unary, (node,))
-            new.meta["val"] = result
-            return new, result
-        op = _BINARY.get(type(expr))
-        if op is not None and len(expr.args) >= 2:
-            return self._fold(expr.args, op, what) if op in (torch.sym_max, torch.sym_min) \
-                else self._apply(op, expr.args, what)
-        raise UnsupportedError(
-            f"aotgrad: {what} is the symbolic expression {expr}, and aotgrad cannot express "
-            f"`{type(expr).__name__}` in a graph yet. To continue: mark the sizes involved "
-            "static (`torch._dynamo.mark_static`, or compile without dynamic=True).")
+            return self._call(unary, (node,), unary(val))
+        binary = _BINARY.get(type(expr))
+        if binary is not None and len(expr.args) >= 2:
+            return self._fold(expr.args, binary, what)
+        return self._specialise(expr, what)
+
+    def _specialise(self, expr: sympy.Expr, what: str) -> tuple[Any, Any]:
+        """An expression no Python operation on SymInts/SymFloats/SymBools builds (sympy's own
+        functions, Inductor's indexing helpers): its value at the example's sizes, with guards
+        that each symbol it uses keeps its value (Dynamo checks them per call, aot_function
+        traces again). The guards name the symbols, not the expression: guard code cannot
+        print every sympy function, and a float compared for equality may miss by an ulp."""
+        cannot = (f"aotgrad: {what} is the symbolic expression {expr}, and aotgrad cannot express "
+                  f"`{type(expr).__name__}` in a graph")
+        unbacked = sorted(free_unbacked_symbols(expr), key=str)
+        if unbacked:
+            raise UnsupportedError(
+                f"{cannot}; it cannot fix its value either, because {', '.join(map(str, unbacked))} "
+                "is known only when the graph runs (it comes from a tensor's data, e.g. `.item()`). "
+                "To continue: compute the value with Python operators or math functions, or "
+                "compile without dynamic=True.")
+        values = {}
+        for symbol in sorted(expr.free_symbols, key=str):
+            if self.value_of(symbol) is None:
+                self._read(symbol, what)  # raises: no input carries it
+            values[symbol] = sympy_number(guard_scalar(self.value_of(symbol)))
+        number = expr.xreplace(values)
+        if not (number.is_number or number in (sympy.true, sympy.false)):
+            raise UnsupportedError(
+                f"{cannot}, nor evaluate it at the example's sizes (it stays {number}). To continue: "
+                "mark the sizes involved static (`torch._dynamo.mark_static`, or compile without "
+                "dynamic=True).")
+        value = bool(number) if isinstance(number, sympy.logic.boolalg.BooleanAtom) \
+            else int(number) if expr.is_integer else float(number)
+        return value, value
 
     def _choice(self, pieces: list, what: str) -> tuple[Any, Any]:
         """Piecewise((e1, c1), (e2, c2), ..., (en, True)) as nested sym_ite(c1, e1, ...)."""
@@ -224,42 +276,43 @@ class SymbolicValues:
         if_true = self._part(value, what)
         if_false = self._choice(rest, what)
         cond_node, cond_val = self._part(condition, what)
-        val = torch.sym_ite(cond_val, if_true[1], if_false[1])
-        args = (cond_node, if_true[0], if_false[0])
-        if not any(isinstance(a, fx.Node) for a in args):
-            return val, val
-        node = self.graph.call_function(torch.sym_ite, args)
-        node.meta["val"] = val
-        return node, val
+        return self._call(torch.sym_ite, (cond_node, if_true[0], if_false[0]),
+                          torch.sym_ite(cond_val, if_true[1], if_false[1]))
 
     def _fold(self, parts, op: Callable, what: str) -> tuple[Any, Any]:
         node, val = self._part(parts[0], what)
         for part in parts[1:]:
             right, right_val = self._part(part, what)
-            node, val = self._call(op, node, right, val, right_val)
+            node, val = self._call(op, (node, right), op(val, right_val))
         return node, val
 
-    def _apply(self, op: Callable, parts, what: str) -> tuple[Any, Any]:
-        (a, a_val), (b, b_val) = (self._part(p, what) for p in parts)
-        return self._call(op, a, b, a_val, b_val)
-
     def _part(self, expr: sympy.Expr, what: str) -> tuple[Any, Any]:
-        if expr.is_number:
+        if expr.is_number or expr in (sympy.true, sympy.false):
             value = _python_number(expr)
             return value, value
         node = self._emit(expr, None, what)
+        if not isinstance(node, fx.Node):  # specialised: a constant
+            return node, node
         return node, self.vals[expr]
 
-    def _call(self, op: Callable, a, b, a_val, b_val) -> tuple[Any, Any]:
-        val = op(a_val, b_val)
-        if not isinstance(a, fx.Node) and not isinstance(b, fx.Node):
+    def _call(self, op: Callable, args: tuple, val: Any) -> tuple[Any, Any]:
+        """`op(*args)` as a node, or `val` itself when no argument is a node (a constant)."""
+        if not any(isinstance(a, fx.Node) for a in args):
             return val, val
-        node = self.graph.call_function(op, (a, b))
+        node = self.graph.call_function(op, args)
         node.meta["val"] = val
         if isinstance(val, SYMBOLIC_TYPES):
             self.nodes.setdefault(val.node.expr, node)
             self.vals.setdefault(val.node.expr, val)
         return node, val
+
+
+def sympy_number(value: int | float | bool) -> sympy.Basic:
+    """A symbol's value for sympy: a float stays a Float (as an Integer, `floor(2*zf)` at
+    zf = 1.75 would come out 2, not 3), a bool is true or false."""
+    if isinstance(value, bool):
+        return sympy.true if value else sympy.false
+    return sympy.Float(value) if isinstance(value, float) else sympy.Integer(value)
 
 
 def _python_number(expr: sympy.Expr) -> Any:

@@ -406,3 +406,27 @@ def test_write_through_view_as_complex_of_a_float_input_lands_in_its_pairs():
         v.mul_(1j)
         return a, v
     _same_as_eager_on_storage(fn, _inputs((4,)))
+
+
+def test_a_view_of_a_python_number_is_a_fresh_value():
+    """The backward of `x * 2j` conjugates the scalar autograd saved: the trace records
+    `_conj(2j)`, a view op whose base is a Python number (a tensor the op makes from it on
+    each call), so the pass keeps it as an op with a fresh output."""
+    def fn(x):
+        return x * 2j
+    mode = fake_mode_for([torch.randn(3)])
+    traced = trace_joint(lambda x: [fn(x)], [to_fake(mode, torch.randn(3, requires_grad=True))],
+                         fake_mode=mode, trace_backward=True)
+    conj = [n for n in traced.gm.graph.nodes if n.target is torch.ops.aten._conj.default]
+    assert [n.args for n in conj] == [(2j,)]
+    gm, plan = functionalize(traced.gm)
+    assert [n.args for n in gm.graph.nodes if n.target is torch.ops.aten._conj.default] == [(2j,)]
+    assert plan.num_mutations == 0
+
+
+def test_complex_scalars_times_real_and_complex_tensors_match_eager():
+    def fn(x):
+        return (x * 2j * (1 - 3j)).conj() + 1j * x
+    for x in (torch.randn(3, requires_grad=True), torch.randn((), requires_grad=True),
+              torch.randn(3, dtype=torch.complex64, requires_grad=True)):
+        assert_same_as_eager(fn, [x])
