@@ -193,8 +193,11 @@ def analyse_inputs(values: Sequence[torch.Tensor], before: Sequence[InputState],
         # CopyBackwards, replayed by the write-back); `detach_` / `requires_grad_` are not replayed
         autograd_flag_changed = after.requires_grad != state.requires_grad and not (
             after.requires_grad and t.grad_fn is not None)
-        mutates_metadata = autograd_flag_changed or (after.size, after.stride, after.storage_offset) != (
-            state.size, state.stride, state.storage_offset)
+        # a leaf requiring grad that comes out with a history was detached in place, then written
+        # (eager's only way to write into it: `a.detach_(); a[0] = b`)
+        detached_leaf = is_leaf[i] and state.requires_grad and state.grad_fn is None and t.grad_fn is not None
+        mutates_metadata = autograd_flag_changed or detached_leaf or (
+            after.size, after.stride, after.storage_offset) != (state.size, state.stride, state.storage_offset)
         visible = mutates_data and t.requires_grad and t.grad_fn is not state.grad_fn
         infos.append(InputInfo(i, t.requires_grad, is_leaf[i], mutates_data, mutates_metadata, visible,
                                bumps_version))
