@@ -125,6 +125,8 @@ def _is_dense(t: torch.Tensor) -> bool:
 
 
 def _obeys_layout(grad: torch.Tensor, variable: torch.Tensor) -> bool:
+    if variable.is_contiguous() and grad.stride() == variable.stride():  # (the usual case, told without _is_dense)
+        return True
     if _is_dense(variable):
         return grad.stride() == variable.stride()
     return grad.is_contiguous()
@@ -172,11 +174,7 @@ def accumulate_after_graph(leaves: list, grads, may_steal: tuple, taken: set) ->
             address = grad.data_ptr()
             steal = address not in taken
             taken.add(address)
-        if steal and leaf.grad is None and leaf.requires_grad and grad.stride() == leaf.stride() and \
-                leaf.is_contiguous() and not grad.requires_grad:
-            leaf.grad = grad  # (accumulate_grad's first case, with its layout test for the usual layout)
-        else:
-            accumulate_grad(leaf, grad, steal, None)
+        accumulate_grad(leaf, grad, steal, None)
 
 
 def _materialized(ctx, grads: list) -> list:
