@@ -243,6 +243,13 @@ class GraphRecorder(TorchDispatchMode):
                 out = func(*fake_args, **fake_kwargs)
         else:
             out = func(*fake_args, **fake_kwargs)
+            if getattr(func, "is_view", False) and not _has_symbols(fake_args) and _has_size_one_dim(out):
+                # eager's C++ kernel, not the Python one the python dispatcher picks: they
+                # differ on strides of size-1 dims (`a.sum().expand(1)`: (0,) in C++, (1,) in
+                # Python). Not from the fake cache either: it does not tell the two apart
+                # (Dynamo's trace leaves the Python kernel's strides in it).
+                with torch._C._DisablePythonDispatcher(), disable_fake_tensor_cache(self.fake_mode):
+                    out = func(*fake_args, **fake_kwargs)
         if not self.in_backward and (written_argument_specs(func) or func is aten.native_batch_norm.default):
             targets = _schema_writes(func, fake_args, fake_kwargs) + _hidden_writes(func, fake_args, fake_kwargs)
             written = [StorageWeakRef(t.untyped_storage()) for t in targets]
@@ -357,6 +364,15 @@ class GraphRecorder(TorchDispatchMode):
                 for user in node.users:
                     if user.target is operator.getitem:
                         user.meta["seq_nr"] = claimed[0]
+
+
+def _has_size_one_dim(out) -> bool:
+    return any(isinstance(t, torch.Tensor) and 1 in t.shape for t in pytree.tree_leaves(out))
+
+
+def _has_symbols(args) -> bool:
+    """Some tensor in `args` has a symbolic size, stride or offset."""
+    return any(isinstance(t, torch.Tensor) and t._has_symbolic_sizes_strides for t in pytree.tree_leaves(args))
 
 
 def _has_empty_tensor(args) -> bool:

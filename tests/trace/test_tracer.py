@@ -205,3 +205,20 @@ def test_copy_of_a_tensor_to_itself_leaves_earlier_views_readable():
         return a.squeeze(2).sum() * 2
 
     assert_same_as_eager(fn, [torch.randn(2, 4, 1, requires_grad=True) * 1])
+
+
+def test_views_under_torch_compile_get_eagers_strides_on_size_one_dims():
+    # Dynamo traces with the python dispatcher on, whose kernel for `expand` of a 0-d tensor
+    # gives stride (1,) where eager's C++ kernel gives (0,), and leaves that in the fake
+    # cache; aotgrad's trace must take the C++ kernel's strides, which the runtime rebuilds
+    # views with.
+    def f(a):
+        v1 = a.sum().expand(1)
+        return v1.movedim(0, 0), v1.detach().detach()
+
+    torch._dynamo.reset()
+    a = torch.randn(3, requires_grad=True)
+    expected = f(a)
+    actual = torch.compile(f, backend="aotgrad")(a)
+    assert [t.stride() for t in actual] == [t.stride() for t in expected] == [(0,), (0,)]
+    assert_same_as_eager(f, [a], torch.compile(f, backend="aotgrad"))
