@@ -51,6 +51,13 @@ class InputInfo:
     # eager bumps the input's version counter (not when written only through `.data`
     # or by BatchNorm's running-stat update)
     bumps_version: bool = True
+    # the in-place metadata ops the forward applied to the input (`t_`, `unsqueeze_`,
+    # `as_strided_`, `resize_`), in order; the runtime replays them on the caller's tensor
+    metadata_steps: tuple = ()
+    # how its autograd state changed in place: "detach_before_write" (a detach_, then a write
+    # that gave it a history), "detach" (ends detached: `detach_()`, `requires_grad_(False)`),
+    # "requires_grad" (`requires_grad_()` on an input that did not require grad), or None
+    autograd_change: str | None = None
 
 
 class OutputKind(enum.Enum):
@@ -182,26 +189,59 @@ def _storage(t: torch.Tensor) -> StorageWeakRef:
 
 def analyse_inputs(values: Sequence[torch.Tensor], before: Sequence[InputState],
                    is_leaf: Sequence[bool], written_storages: set = frozenset(),
-                   unbumped_storages: set = frozenset()) -> list[InputInfo]:
+                   unbumped_storages: set = frozenset(), metadata_ops: Any = None) -> list[InputInfo]:
+    """`metadata_ops`: tensor -> the in-place metadata ops run on it (the recorder's)."""
     infos = []
     for i, (t, state) in enumerate(zip(values, before)):
         after = InputState.of(t)
         storage = _storage(t)
-        bumps_version = after.version != state.version or storage in unbumped_storages
+        ops = (metadata_ops or {}).get(t, ())
+        steps = tuple(ViewStep(op, tuple(args), tuple(kwargs.items()), grad_enabled)
+                      for op, args, kwargs, grad_enabled in ops)
+        # each metadata op bumps the version; more bumps are writes
+        bumps_version = after.version - state.version > len(steps) or storage in unbumped_storages
         mutates_data = bumps_version or storage in written_storages
-        # requires_grad may turn on through a write of a value that requires grad (eager's
-        # CopyBackwards, replayed by the write-back); `detach_` / `requires_grad_` are not replayed
-        autograd_flag_changed = after.requires_grad != state.requires_grad and not (
-            after.requires_grad and t.grad_fn is not None)
-        # a leaf requiring grad that comes out with a history was detached in place, then written
-        # (eager's only way to write into it: `a.detach_(); a[0] = b`)
-        detached_leaf = is_leaf[i] and state.requires_grad and state.grad_fn is None and t.grad_fn is not None
-        mutates_metadata = autograd_flag_changed or detached_leaf or (
-            after.size, after.stride, after.storage_offset) != (state.size, state.stride, state.storage_offset)
+        autograd_change = _autograd_change(t, state, is_leaf[i])
+        geometry_changed = (after.size, after.stride, after.storage_offset) != (state.size, state.stride,
+                                                                              state.storage_offset)
+        mutates_metadata = autograd_change is not None or geometry_changed or bool(steps)
         visible = mutates_data and t.requires_grad and t.grad_fn is not state.grad_fn
         infos.append(InputInfo(i, t.requires_grad, is_leaf[i], mutates_data, mutates_metadata, visible,
-                               bumps_version))
+                               bumps_version, steps, autograd_change))
     return infos
+
+
+def _autograd_change(t: torch.Tensor, state: InputState, is_leaf: bool) -> str | None:
+    """How an input's autograd state changed in place (see InputInfo.autograd_change).
+    (`detach_` does not reach the tracer: it is seen in the histories.)"""
+    if t.grad_fn is not None and t.grad_fn is not state.grad_fn:
+        # written with a value that requires grad: the write-back gives it that history. A leaf
+        # requiring grad can only be written after a `detach_()` (`a.detach_(); a[0] = b`); a
+        # non-leaf was detached first if its new history no longer reaches its old one
+        if is_leaf and state.requires_grad:
+            return "detach_before_write"
+        if state.grad_fn is not None and not _reaches(t.grad_fn, state.grad_fn):
+            return "detach_before_write"
+        return None
+    if state.requires_grad and not t.requires_grad:
+        return "detach"
+    if t.requires_grad and not state.requires_grad:
+        return "requires_grad"
+    return None
+
+
+def _reaches(start: Any, target: Any) -> bool:
+    """Is autograd node `target` reachable from `start` through next_functions?"""
+    stack, seen = [start], set()
+    while stack:
+        node = stack.pop()
+        if node is target:
+            return True
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(fn for fn, _ in node.next_functions)
+    return False
 
 
 def recorded_views(node: fx.Node, stops: dict[fx.Node, int]) -> tuple[int, tuple[ViewStep, ...]] | None:

@@ -177,15 +177,37 @@ def _backward_errors(forward_outputs: Sequence[torch.Tensor], candidates: Sequen
     return errors
 
 
-def _reject_metadata_mutations(inputs: Sequence[InputInfo], fn_name: str) -> None:
+def _reject_unreplayable_metadata_mutations(inputs: Sequence[InputInfo], fn_name: str) -> None:
+    """The runtime replays an input's in-place metadata ops on the caller's tensor after the
+    call (runtime/epilogue.ReplayMetadata); `requires_grad_()` on an input that did not
+    require grad would have to take effect before the call, which it cannot yet."""
     for info in inputs:
-        if info.mutates_metadata:
+        if info.autograd_change == "requires_grad":
             raise UnsupportedError(
-                f"aotgrad cannot compile `{fn_name}`: it changes the shape, strides or requires_grad of "
-                f"input {info.index} in place (e.g. `x.t_()`, `x.resize_()`, `x.detach_()`, "
-                "`x.requires_grad_()`); the compiled code cannot do that to the caller's tensor. To continue: "
-                "return the new tensor (`x.t()`, `x.detach()`) instead of changing the input's metadata, or "
-                "do it outside the compiled function.")
+                f"aotgrad cannot compile `{fn_name}`: it calls `requires_grad_()` on input {info.index}, "
+                "which did not require grad; the gradients of what the function computes from it after "
+                "that would have to reach the caller's tensor. To continue: call `requires_grad_()` on "
+                "it before calling the compiled function.")
+
+
+def _placeholders_keep_their_geometry(recorder: GraphRecorder, values: Sequence[torch.Tensor],
+                                      before: Sequence[InputState], inputs: Sequence[InputInfo]) -> None:
+    """The recorder keeps live fakes: an input's in-place metadata ops changed its placeholder's
+    value too. Give the placeholder the input's geometry as the caller passes it (the layout
+    functionalization works from, where sizes are read for dynamic shapes)."""
+    for info in inputs:
+        if info.metadata_steps:
+            state = before[info.index]
+            with recorder.fake_mode, torch.no_grad():
+                original = values[info.index].detach().as_strided(state.size, state.stride, state.storage_offset)
+            recorder.node_of(values[info.index]).meta["val"] = original
+
+
+def _original_geometry(value: torch.Tensor, state: InputState) -> torch.Tensor:
+    """A mutated input's new value in the geometry the caller's tensor has when the runtime
+    writes it back (before it replays the input's metadata ops): eager's elements of the
+    input's original view, all of them, also those a later `as_strided_`/`resize_` left out."""
+    return value.as_strided(state.size, state.stride, state.storage_offset)
 
 
 def _reject_writes_into_overlapping_non_leaves(e: Exception, primals, values, fn_name: str) -> None:
@@ -282,7 +304,10 @@ def _trace_backward(recorder: GraphRecorder, analysis: ForwardAnalysis, forward_
         if _is_differentiable(t)
         and (j < n_user or analysis.inputs[mutated[j - n_user]].mutation_visible_to_autograd)]
     result = _TracedBackward(grad_inputs=list(targets))
-    leaves = list(targets.values())
+    # a primal's leaf that the function detached in place (`detach_()`, `requires_grad_(False)`)
+    # gets no gradient: eager's AccumulateGrad skips a tensor that no longer requires grad
+    alive = [k for k, leaf in enumerate(targets.values()) if leaf.requires_grad and leaf.grad_fn is None]
+    leaves = [list(targets.values())[k] for k in alive]
     result.backward_errors = _backward_errors(forward_outputs, [j for j in differentiable if j >= n_user],
                                               leaves, fake_mode)
     differentiable = [j for j in differentiable if j not in result.backward_errors]
@@ -296,17 +321,19 @@ def _trace_backward(recorder: GraphRecorder, analysis: ForwardAnalysis, forward_
         tangents.append(tangent)
         result.tangent_sources.append(j)
         result.tangent_strides.append(stride)
-    result.grads = [None] * len(leaves)
+    result.grads = [None] * len(targets)
     if differentiable and leaves:
         recorder.in_backward = True
         try:
             with fake_mode, recorder:
-                result.grads = list(torch.autograd.grad(
-                    [forward_outputs[j] for j in differentiable], leaves, tangents, allow_unused=True))
+                grads = torch.autograd.grad(
+                    [forward_outputs[j] for j in differentiable], leaves, tangents, allow_unused=True)
         except Exception as e:
             _reraise(e, fn_name, in_backward=True)
         finally:
             recorder.in_backward = False
+        for k, grad in zip(alive, grads):
+            result.grads[k] = grad
     result.gradless_inputs = [i for i, g in zip(result.grad_inputs, result.grads) if g is None]
     return result
 
@@ -388,8 +415,10 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
     outs, grad_mode_after, scalar_outputs = _run_forward(recorder, fn, values, fn_name, primals)
 
     inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.written_storages,
-                            recorder.unbumped_storages)
-    _reject_metadata_mutations(inputs, fn_name)  # before the outputs: their grad_fns would replay views
+                            recorder.unbumped_storages, recorder.metadata_ops)
+    _reject_unreplayable_metadata_mutations(inputs, fn_name)
+    _placeholders_keep_their_geometry(recorder, values, before, inputs)
+    recorder.check_stale_outputs(outs)
     reject_sparse_outputs(outs, recorder.node_of, fn_name)
     inner: list[torch.Tensor] = []
     if inner_leaf_grads and torch.is_grad_enabled():
@@ -406,7 +435,10 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
         with fake_mode:
             recorder.placeholder(f"primals_{len(primals) + k + 1}", InnerLeaf.of(leaf).stand_in())
     _return_symbols_the_epilogue_needs(recorder, analysis)
-    forward_outputs = analysis.forward_outputs + [values[info.index] for info in analysis.mutated_inputs]
+    with recorder.fake_mode, recorder:
+        written = [_original_geometry(values[info.index], before[info.index]) if info.metadata_steps
+                   else values[info.index] for info in analysis.mutated_inputs]
+    forward_outputs = analysis.forward_outputs + written
 
     backward = _TracedBackward()
     if trace_backward:

@@ -679,16 +679,3 @@ def test_copy_of_an_aot_module_compiles_on_its_own():
         torch.testing.assert_close(m(x), model(x))
     assert twin.compiled.compile_lock is not compiled.compiled.compile_lock
     assert len(twin.compiled.cache) == len(compiled.compiled.cache) == 1
-
-
-def test_a_leaf_input_detached_in_place_then_written_is_a_metadata_mutation():
-    """Eager: `a.detach_()` makes the leaf stop requiring grad, the write then gives it a
-    history. The trace sees a leaf requiring grad come out with a history: refused as the
-    in-place metadata change it is (it was a raw error from the write-back at run time)."""
-    def fn(a, b):
-        a.detach_()
-        a[0:1] = b
-        return (a * 2,)
-
-    with pytest.raises(aotgrad.errors.UnsupportedError, match="changes the shape, strides or requires_grad of input 0"):
-        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(2, requires_grad=True), torch.randn((), requires_grad=True))

@@ -56,6 +56,7 @@ class _Root:
         self.val = val           # the traced fake of the root: the layout reference
         self.origin = origin     # "input", "constant" or "intermediate"
         self.version = 0
+        self.placeholder: fx.Node | None = None  # an input's graph input, as passed
 
 
 class _Ref:
@@ -347,6 +348,7 @@ class _Functionalizer:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             root = _Root(new, val, "input")
+            root.placeholder = new
             self.placeholder_roots.append(root)
             ref = self.refs[node] = _Ref(root, (), val)
             ref.cached, ref.cached_version = new, 0
@@ -374,6 +376,12 @@ class _Functionalizer:
             return self.on_resize(node)
         if getattr(op, "is_view", False) and isinstance(node.args[0], fx.Node):
             return self.on_view(node)
+        if op in _GEOMETRY_READS and node.args[0].op == "placeholder":
+            # a symbol the tracer reads from an input (dynamic shapes): the input as passed,
+            # not as a later `t_()` left it
+            self.refs[node] = self.emit(op, (self.refs[node.args[0]].root.placeholder, *node.args[1:]),
+                                        val=node.meta["val"])
+            return
         # A view of a Python number (`_conj(2j)`: the backward of `x * 2j` conjugates the
         # scalar autograd saved, which reaches the tracer as the number) views a tensor the
         # op makes from the number on each call: nothing else shares its memory, so it is fresh.
@@ -408,6 +416,11 @@ class _Functionalizer:
 
     def on_view(self, node: fx.Node) -> None:
         parent = self.refs[node.args[0]]
+        if node.target is aten.as_strided.default and parent.chain and _is_root_geometry(parent.root, node.args[1:]):
+            # an input's own geometry, whatever views and metadata ops came between: the
+            # input itself (the joint's write-back of an input whose metadata changed)
+            self.refs[node] = _Ref(parent.root, (), parent.root.val)
+            return
         args = tuple(pytree.tree_map(self.arg_value, tuple(node.args[1:])))  # symbolic sizes: new graph's nodes
         step = ViewStep(node.target, args, tuple(sorted(node.kwargs.items())))
         self._align(parent.root, parent.chain + (step,))
@@ -629,6 +642,20 @@ def remove_dead_nodes(graph: fx.Graph) -> int:
             graph.erase_node(node)
             removed += 1
     return removed
+
+
+_GEOMETRY_READS = {aten.sym_size.int, aten.sym_stride.int, aten.sym_storage_offset.default, aten.sym_numel.default}
+
+
+def _is_root_geometry(root: _Root, args: tuple) -> bool:
+    """Are as_strided's (size, stride, storage_offset) those of the input `root` itself?"""
+    if root.origin != "input" or len(args) < 3:
+        return False
+    size, stride, offset = pytree.tree_map(_val_of, tuple(args[:3]))  # (sizes of dynamic shapes: their nodes)
+    val = root.val
+    return (len(size) == val.dim() and all(statically_known_true(a == b) for a, b in zip(size, val.shape))
+            and all(statically_known_true(a == b) for a, b in zip(stride, val.stride()))
+            and statically_known_true(offset == val.storage_offset()))
 
 
 def functionalize(gm: fx.GraphModule) -> tuple[fx.GraphModule, FunctionalizePlan]:

@@ -43,6 +43,36 @@ class WriteBack:
                 target.copy_(new)
 
 
+@dataclass(frozen=True)
+class ReplayMetadata:
+    """What the function did in place to input `input_index`'s metadata, done to the caller's
+    tensor: around its data write-back (in the input's original geometry), a `detach_()` if it
+    was detached and then written, the recorded metadata ops (`t_`, `unsqueeze_`,
+    `as_strided_`, `resize_`, in the grad mode each ran in: eager's grad_fns), and a
+    `detach_()` if it ends detached (`detach_()`, `requires_grad_(False)`)."""
+
+    input_index: int
+    steps: tuple = ()
+    autograd_change: str | None = None
+    symbolic: bool = False
+
+    def concrete(self, env: dict) -> "ReplayMetadata":
+        steps = tuple(ViewStep(s.op, concrete(s.args, env), concrete(s.kwargs, env), s.grad_enabled)
+                      for s in self.steps)
+        return ReplayMetadata(self.input_index, steps, self.autograd_change)
+
+    def before_write(self, inputs: Sequence[torch.Tensor]) -> None:
+        if self.autograd_change == "detach_before_write":
+            inputs[self.input_index].detach_()
+
+    def after_write(self, inputs: Sequence[torch.Tensor]) -> None:
+        target = inputs[self.input_index]
+        for step in self.steps:
+            step(target)
+        if self.autograd_change == "detach":
+            target.detach_()
+
+
 def _same_layout(t: torch.Tensor, stride: tuple) -> bool:
     """t's strides equal `stride` wherever they matter (dims of size > 1)."""
     return all(n <= 1 or a == b for n, a, b in zip(t.shape, t.stride(), stride))
@@ -175,6 +205,7 @@ class Epilogue:
     sizes: SymbolSources | None = None  # dynamic shapes: where the symbols of symbolic steps are read
     restrides: list[RestrideBase] = field(default_factory=list)  # run before the outputs are rebuilt
     scalar_outputs: list[int] = field(default_factory=list)  # symbolic numbers, returned as 0-d tensors
+    metadata: list[ReplayMetadata] = field(default_factory=list)  # inputs' metadata, around the write-backs
 
     def __post_init__(self):
         # (input index, slot) of the quiet write-backs, run together; the others one by one
@@ -202,22 +233,31 @@ class Epilogue:
                                          info.replay, symbolic, info.own_version_counter, info.history))
         changed = grad_mode_after if grad_mode_after != grad_mode_before else None
         restrides = _restride_bases(analysis, symbol_sources or {})
-        symbolic = any(o.symbolic for o in outputs) or any(r.symbolic for r in restrides)
+        metadata = [ReplayMetadata(info.index, info.metadata_steps, info.autograd_change,
+                                   has_symbols([(s.args, s.kwargs) for s in info.metadata_steps]))
+                    for info in analysis.inputs if info.metadata_steps or info.autograd_change]
+        symbolic = any(o.symbolic for o in outputs) or any(r.symbolic for r in restrides) or any(
+            m.symbolic for m in metadata)
         sizes = SymbolSources.of(symbol_sources or {}, analysis.forward_outputs,
                                  analysis.symbol_outputs) if symbolic else None
         return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs), sizes, restrides,
-                        list(scalar_outputs))
+                        list(scalar_outputs), metadata)
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
+        env = self.sizes.bind(inputs, outs) if self.sizes is not None else None  # (before metadata changes)
+        metadata = [m.concrete(env) if m.symbolic else m for m in self.metadata]
+        for m in metadata:
+            m.before_write(inputs)
         if self._quiet:
             with torch.no_grad():  # distinct inputs (aliased ones share one base): order is free
                 torch._foreach_copy_([inputs[i] for i, _ in self._quiet], [outs[k] for _, k in self._quiet])
         for step in self._loud:
             step.run(inputs, outs)
+        for m in metadata:
+            m.after_write(inputs)
         for j in self.leaf_outputs:
             outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
         built: list[Any] = []
-        env = self.sizes.bind(inputs, outs) if self.sizes is not None else None
         if self.restrides:
             outs = list(outs)
             for restride in self.restrides:
@@ -233,7 +273,7 @@ class Epilogue:
         return built
 
     def __repr__(self) -> str:
-        lines = [f"  {s}" for s in self.write_backs + self.restrides + self.outputs]
+        lines = [f"  {s}" for s in self.write_backs + self.metadata + self.restrides + self.outputs]
         lines += [f"  output {j}: .item()" for j in self.scalar_outputs]
         if self.grad_mode_after is not None:
             lines.append(f"  set_grad_enabled({self.grad_mode_after})")

@@ -40,6 +40,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
 
 from aotgrad import compat
+from aotgrad.errors import UnsupportedError
 from aotgrad.trace.grad_mode_ops import recorded_op
 from aotgrad.trace.symbolic import SYMBOLIC_TYPES, SymbolicValues
 
@@ -117,6 +118,13 @@ class GraphRecorder(TorchDispatchMode):
         self.written_storages: set[StorageWeakRef] = set()
         # the subset whose version counters eager bumps but fake kernels do not (list writes)
         self.unbumped_storages: set[StorageWeakRef] = set()
+        # in-place metadata ops (`t_`, `unsqueeze_`, `resize_`, `detach_`) on each tensor, in
+        # order: (op, args, kwargs, grad mode); the runtime replays those on inputs
+        self.metadata_ops: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # views made in the forward; those whose base (requiring grad) then had its metadata
+        # changed in place are stale: see _check_stale_views
+        self._views: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._stale_views: WeakIdKeyDictionary = WeakIdKeyDictionary()
         # forward nodes whose autograd nodes are not known yet: (node, tensors to look at)
         self._unresolved: list[tuple[fx.Node, list[torch.Tensor]]] = []
         self._first_seq_nr: int | None = None  # autograd nodes older than the trace are not ours
@@ -250,7 +258,20 @@ class GraphRecorder(TorchDispatchMode):
                 # (Dynamo's trace leaves the Python kernel's strides in it).
                 with torch._C._DisablePythonDispatcher(), disable_fake_tensor_cache(self.fake_mode):
                     out = func(*fake_args, **fake_kwargs)
-        if not self.in_backward and (written_argument_specs(func) or func is aten.native_batch_norm.default):
+        if self._stale_views and not self.in_backward:
+            self._check_stale_views(func, (args, kwargs))
+        if not self.in_backward and getattr(func, "is_view", False):
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self._views[t] = True
+        if not self.in_backward and torch.Tag.inplace_view in func.tags:
+            self._mark_stale_views(args[0])
+            # metadata only: no data written (their version bumps are counted from these)
+            op, op_args = func, args[1:]
+            if func is aten.resize_as_.default:  # replayed as a resize_ to the template's size
+                op, op_args = aten.resize_.default, (list(fake_args[1].shape),)
+            self.metadata_ops.setdefault(args[0], []).append((op, op_args, kwargs, torch.is_grad_enabled()))
+        elif not self.in_backward and (written_argument_specs(func) or func is aten.native_batch_norm.default):
             targets = _schema_writes(func, fake_args, fake_kwargs) + _hidden_writes(func, fake_args, fake_kwargs)
             written = [StorageWeakRef(t.untyped_storage()) for t in targets]
             self.written_storages.update(written)
@@ -268,6 +289,28 @@ class GraphRecorder(TorchDispatchMode):
                 tensors = [t for t in tensors if not t._is_view()]
             self._unresolved.append((node, tensors))
         return out
+
+    def _mark_stale_views(self, base: torch.Tensor) -> None:
+        """An in-place metadata op on `base`: autograd rebuilds the history of a view of it taken
+        before by replaying the view's op on `base` as it is now. Eager rebuilds with as_strided
+        from the view's own geometry; on fake tensors autograd replays the view op itself, which
+        now reads other elements (`row = b[1]; b.t_(); row.mul_(2)`: wrong gradients)."""
+        if base._base is not None or not base.requires_grad:
+            return  # views of a view rebuild from its root, whose metadata did not change
+        for view in list(self._views.keys()):
+            if view is not base and view._base is base:
+                self._stale_views[view] = True
+
+    def _check_stale_views(self, func, arguments) -> None:
+        for t in pytree.tree_leaves(arguments):
+            if isinstance(t, torch.Tensor) and t in self._stale_views and t.requires_grad:
+                raise stale_view_error(func)
+
+    def check_stale_outputs(self, outs: list) -> None:
+        """A returned view whose history autograd would rebuild (see _mark_stale_views)."""
+        for t in outs:
+            if isinstance(t, torch.Tensor) and t in self._stale_views and t.requires_grad:
+                raise stale_view_error(None)
 
     def record_call(self, target, args: tuple, out: Any, name: str | None = None) -> fx.Node:
         """A call the trace keeps whole instead of recording its aten ops (`trace_wrapped`, a
@@ -364,6 +407,16 @@ class GraphRecorder(TorchDispatchMode):
                 for user in node.users:
                     if user.target is operator.getitem:
                         user.meta["seq_nr"] = claimed[0]
+
+
+def stale_view_error(func) -> Exception:
+    use = f"then used by `{func}`" if func is not None else "then returned"
+    return UnsupportedError(
+        f"aotgrad cannot trace a view {use} after an in-place metadata op (`t_()`, `transpose_()`, "
+        "`unsqueeze_()`, `as_strided_()`...) changed the tensor it views, a tensor that requires grad: "
+        "autograd on the trace's fake tensors would rebuild the view's history by replaying its view op "
+        "on the changed tensor, giving wrong gradients (eager rebuilds it with as_strided). To continue: "
+        "take the view after the metadata change, or use the out-of-place op (`x = x.t()`).")
 
 
 def _has_size_one_dim(out) -> bool:
