@@ -191,15 +191,19 @@ def analyse_inputs(values: Sequence[torch.Tensor], before: Sequence[InputState],
                    is_leaf: Sequence[bool], written_storages: set = frozenset(),
                    unbumped_storages: set = frozenset(), metadata_ops: Any = None) -> list[InputInfo]:
     """`metadata_ops`: tensor -> the in-place metadata ops run on it (the recorder's)."""
+    steps_of = [tuple(ViewStep(op, tuple(args), tuple(kwargs.items()), grad_enabled)
+                      for op, args, kwargs, grad_enabled in (metadata_ops or {}).get(t, ())) for t in values]
+    # each metadata op bumps its storage's version counter; those on inputs are replayed (and
+    # bump it again at run time), so only more bumps than those are writes
+    replayed: dict[StorageWeakRef, int] = {}
+    for t, steps in {id(t): (t, steps) for t, steps in zip(values, steps_of)}.values():
+        replayed[_storage(t)] = replayed.get(_storage(t), 0) + len(steps)
     infos = []
     for i, (t, state) in enumerate(zip(values, before)):
         after = InputState.of(t)
         storage = _storage(t)
-        ops = (metadata_ops or {}).get(t, ())
-        steps = tuple(ViewStep(op, tuple(args), tuple(kwargs.items()), grad_enabled)
-                      for op, args, kwargs, grad_enabled in ops)
-        # each metadata op bumps the version; more bumps are writes
-        bumps_version = after.version - state.version > len(steps) or storage in unbumped_storages
+        steps = steps_of[i]
+        bumps_version = after.version - state.version > replayed[storage] or storage in unbumped_storages
         mutates_data = bumps_version or storage in written_storages
         autograd_change = _autograd_change(t, state, is_leaf[i])
         geometry_changed = (after.size, after.stride, after.storage_offset) != (state.size, state.stride,

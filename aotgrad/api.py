@@ -140,7 +140,17 @@ class SyntheticBase:
             base, rest = args[-1], iter(args[:-1])
             n = len(args) - 1 + len(group)
             rebuilt = {i: base.as_strided(*view) for i, view in zip(group, geometry)}
+            before = {i: (v.shape, v.stride(), v.storage_offset(), v.requires_grad) for i, v in rebuilt.items()}
             outs = flat_fn(*[rebuilt[i] if i in rebuilt else next(rest) for i in range(n)])
+            for i, v in rebuilt.items():
+                if (v.shape, v.stride(), v.storage_offset(), v.requires_grad) != before[i]:
+                    raise UnsupportedError(
+                        f"aotgrad cannot compile this function: input {i} shares memory with input(s) "
+                        f"{[j for j in group if j != i]}, one of them is written in place, and input {i}'s "
+                        "shape, strides or requires_grad are changed in place (`t_()`, `unsqueeze_()`, "
+                        "`detach_()`...); aotgrad supports in-place metadata changes only on inputs that "
+                        "share no memory with a written input. To continue: pass `.clone()` of one of "
+                        "them, or use the out-of-place op (`x = x.t()`).")
             self.returned_inputs = {k: i for k, out in enumerate(outs) for i, view in rebuilt.items()
                                     if out is view}
             return outs

@@ -190,7 +190,8 @@ def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Opti
         gm.meta["returned_inputs"] = sorted({info.index for info in traced.analysis.outputs
                                              if info.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT)})
         fw_gm, bw_gm = partition_fn(gm, _placeholder_vals(gm), num_fwd_outputs=traced.num_forward_outputs)
-        mutated = {info.index for info in traced.analysis.mutated_inputs}
+        # (in-place metadata ops the runtime replays on an input bump its version counter too)
+        mutated = {info.index for info in traced.analysis.inputs if info.mutates_data or info.metadata_steps}
         fw_gm = copy_saved_aliases(fw_gm, bw_gm, _sharing_memory(fakes, mutated))
     if log.isEnabledFor(logging.DEBUG):
         log.debug("aotgrad %s partition:\n%s", fn_name, partition_report(fw_gm, bw_gm))

@@ -251,7 +251,8 @@ class GraphRecorder(TorchDispatchMode):
                 out = func(*fake_args, **fake_kwargs)
         else:
             out = func(*fake_args, **fake_kwargs)
-            if getattr(func, "is_view", False) and not _has_symbols(fake_args) and _has_size_one_dim(out):
+            if getattr(func, "is_view", False) and not _has_symbols((fake_args, fake_kwargs, out)) \
+                    and _has_size_one_dim(out):
                 # eager's C++ kernel, not the Python one the python dispatcher picks: they
                 # differ on strides of size-1 dims (`a.sum().expand(1)`: (0,) in C++, (1,) in
                 # Python). Not from the fake cache either: it does not tell the two apart
@@ -423,9 +424,10 @@ def _has_size_one_dim(out) -> bool:
     return any(isinstance(t, torch.Tensor) and 1 in t.shape for t in pytree.tree_leaves(out))
 
 
-def _has_symbols(args) -> bool:
-    """Some tensor in `args` has a symbolic size, stride or offset."""
-    return any(isinstance(t, torch.Tensor) and t._has_symbolic_sizes_strides for t in pytree.tree_leaves(args))
+def _has_symbols(values) -> bool:
+    """Some number in `values` is symbolic, or some tensor's size, stride or offset is."""
+    return any(isinstance(v, SYMBOLIC_TYPES) or (isinstance(v, torch.Tensor) and v._has_symbolic_sizes_strides)
+               for v in pytree.tree_leaves(values))
 
 
 def _has_empty_tensor(args) -> bool:

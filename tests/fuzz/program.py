@@ -422,7 +422,9 @@ def _value_for(draw, shadow, shape) -> str:
 def _inplace(draw, shadow, x, t):
     """A statement (not an expression): an in-place op on x."""
     kind = draw(st.sampled_from(["add_", "mul_", "copy_", "zero_", "setitem", "unary_", "metadata_", "out",
-                                 "masked", "index_tensor", "data_"]))
+                                 "masked", "index_tensor", "data_", "inference"]))
+    if kind == "inference":  # a write autograd does not record, as eager's inference mode
+        return f"torch.inference_mode()(lambda: {x}.mul_({draw(SCALARS)}))()"
     if kind in ("add_", "mul_"):
         return f"{x}.{kind}({_value_for(draw, shadow, t.shape)})"
     if kind == "copy_":
@@ -461,8 +463,9 @@ def _inplace(draw, shadow, x, t):
 
 def _detached(draw, shadow, x, t):
     """An alias sharing x's memory but not its autograd history (later writes through either
-    change both's values, each keeps its own gradient)."""
-    return draw(st.sampled_from([f"{x}.detach()", f"{x}.data"]))
+    change both's values, each keeps its own gradient); a view taken under inference mode."""
+    return draw(st.sampled_from([f"{x}.detach()", f"{x}.data",
+                                 f"torch.inference_mode()(lambda: {x}.view({x}.shape))()"]))
 
 
 EXPRESSIONS = {"unary": _unary, "binary": _binary, "reduction": _reduction, "matmul": _matmul, "view": _view,
