@@ -34,10 +34,12 @@ class InputState:
     stride: tuple
     storage_offset: int
     requires_grad: bool
+    storage_nbytes: Any = 0
 
     @staticmethod
     def of(t: torch.Tensor) -> "InputState":
-        return InputState(t._version, t.grad_fn, tuple(t.shape), t.stride(), t.storage_offset(), t.requires_grad)
+        return InputState(t._version, t.grad_fn, tuple(t.shape), t.stride(), t.storage_offset(), t.requires_grad,
+                          t.untyped_storage().nbytes())
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class InputInfo:
     # that gave it a history), "detach" (ends detached: `detach_()`, `requires_grad_(False)`),
     # "requires_grad" (`requires_grad_()` on an input that did not require grad), or None
     autograd_change: str | None = None
+    # a `resize_` grew its storage: the new value is written back after the metadata replay,
+    # in the input's final geometry (its original one misses the new elements)
+    grows_storage: bool = False
 
 
 class OutputKind(enum.Enum):
@@ -210,8 +215,9 @@ def analyse_inputs(values: Sequence[torch.Tensor], before: Sequence[InputState],
                                                                               state.storage_offset)
         mutates_metadata = autograd_change is not None or geometry_changed or bool(steps)
         visible = mutates_data and t.requires_grad and t.grad_fn is not state.grad_fn
+        grows = bool(steps) and not statically_known_true(after.storage_nbytes == state.storage_nbytes)
         infos.append(InputInfo(i, t.requires_grad, is_leaf[i], mutates_data, mutates_metadata, visible,
-                               bumps_version, steps, autograd_change))
+                               bumps_version, steps, autograd_change, grows))
     return infos
 
 

@@ -73,7 +73,8 @@ class SyntheticBase:
 
     An output that is one of the rebuilt inputs itself (`return (a,)`) is the caller's
     tensor in eager, not a new view: `returned_inputs`, learnt while tracing, says which,
-    and `run` hands back the caller's tensors there.
+    and `run` hands back the caller's tensors there. An input whose geometry the function
+    changes in place (`b.t_()`) gets it with `as_strided_` after the call.
 
     With aot_function(dynamic=True) the views are traced at their example's sizes, strides
     and offsets (only the base's sizes are symbols): `matches` says whether a call's inputs
@@ -86,6 +87,9 @@ class SyntheticBase:
     views: list[tuple]                     # (size, stride, storage_offset) of each, absolute
     base: tuple                            # the base's (size, stride, storage_offset)
     returned_inputs: dict[int, int] = field(default_factory=dict)  # flat output -> unique input it is
+    # unique input -> its (size, stride, storage_offset) after the function changed it in place
+    # (`t_()`), learnt while tracing; `run` gives the caller's tensor that geometry
+    changed_geometry: dict[int, tuple] = field(default_factory=dict)
     symbolic: bool = False                 # the geometry is passed per call (size carriers)
 
     @staticmethod
@@ -122,6 +126,8 @@ class SyntheticBase:
 
     def run(self, runtime: Callable, tensors: Sequence[torch.Tensor], keep: Sequence[int]) -> list:
         outs = runtime(self.inputs(tensors, keep))
+        for i, geometry in self.changed_geometry.items():
+            tensors[keep[i]].as_strided_(*geometry)  # (after the base's write-back)
         for k, i in self.returned_inputs.items():
             outs[k] = tensors[keep[i]]
         return outs
@@ -140,17 +146,21 @@ class SyntheticBase:
             base, rest = args[-1], iter(args[:-1])
             n = len(args) - 1 + len(group)
             rebuilt = {i: base.as_strided(*view) for i, view in zip(group, geometry)}
-            before = {i: (v.shape, v.stride(), v.storage_offset(), v.requires_grad) for i, v in rebuilt.items()}
+            before = {i: (_geometry(v), v.requires_grad) for i, v in rebuilt.items()}
             outs = flat_fn(*[rebuilt[i] if i in rebuilt else next(rest) for i in range(n)])
+            self.changed_geometry = {}
             for i, v in rebuilt.items():
-                if (v.shape, v.stride(), v.storage_offset(), v.requires_grad) != before[i]:
+                if (_geometry(v), v.requires_grad) == before[i]:
+                    continue
+                if v.requires_grad != before[i][1] or self.symbolic or any(
+                        isinstance(n, torch.SymInt) for n in pytree.tree_leaves(_geometry(v))):
                     raise UnsupportedError(
                         f"aotgrad cannot compile this function: input {i} shares memory with input(s) "
                         f"{[j for j in group if j != i]}, one of them is written in place, and input {i}'s "
-                        "shape, strides or requires_grad are changed in place (`t_()`, `unsqueeze_()`, "
-                        "`detach_()`...); aotgrad supports in-place metadata changes only on inputs that "
-                        "share no memory with a written input. To continue: pass `.clone()` of one of "
-                        "them, or use the out-of-place op (`x = x.t()`).")
+                        "requires_grad, or its shape and strides under dynamic shapes, are changed in place "
+                        "(`requires_grad_()`, `t_()`...). To continue: pass `.clone()` of one of them, or use "
+                        "the out-of-place op (`x = x.t()`).")
+                self.changed_geometry[i] = _geometry(v)
             self.returned_inputs = {k: i for k, out in enumerate(outs) for i, view in rebuilt.items()
                                     if out is view}
             return outs

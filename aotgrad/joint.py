@@ -87,6 +87,7 @@ class TracedJoint:
     inner_leaves: list[InnerLeaf] = field(default_factory=list)  # primals after fn's own, in order
     symbol_sources: dict = field(default_factory=dict)  # dynamic shapes: symbol -> where inputs carry it
     scalar_outputs: list[int] = field(default_factory=list)  # symbolic numbers fn returns (0-d tensors here)
+    made_to_require_grad: tuple[int, ...] = ()  # inputs fn calls `requires_grad_()` on (they did not)
 
 
 def _is_differentiable(t: torch.Tensor) -> bool:
@@ -177,30 +178,22 @@ def _backward_errors(forward_outputs: Sequence[torch.Tensor], candidates: Sequen
     return errors
 
 
-def _reject_unreplayable_metadata_mutations(inputs: Sequence[InputInfo], fn_name: str) -> None:
-    """The runtime replays an input's in-place metadata ops on the caller's tensor after the
-    call (runtime/epilogue.ReplayMetadata); `requires_grad_()` on an input that did not
-    require grad would have to take effect before the call, which it cannot yet."""
-    for info in inputs:
-        if info.autograd_change == "requires_grad":
-            raise UnsupportedError(
-                f"aotgrad cannot compile `{fn_name}`: it calls `requires_grad_()` on input {info.index}, "
-                "which did not require grad; the gradients of what the function computes from it after "
-                "that would have to reach the caller's tensor. To continue: call `requires_grad_()` on "
-                "it before calling the compiled function.")
-
-
 def _placeholders_keep_their_geometry(recorder: GraphRecorder, values: Sequence[torch.Tensor],
                                       before: Sequence[InputState], inputs: Sequence[InputInfo]) -> None:
     """The recorder keeps live fakes: an input's in-place metadata ops changed its placeholder's
-    value too. Give the placeholder the input's geometry as the caller passes it (the layout
-    functionalization works from, where sizes are read for dynamic shapes)."""
+    value too. Give the placeholder the input's geometry (and storage size) as the caller passes
+    it: the layout functionalization works from, where sizes are read for dynamic shapes."""
     for info in inputs:
         if info.metadata_steps:
-            state = before[info.index]
+            state, value = before[info.index], values[info.index]
             with recorder.fake_mode, torch.no_grad():
-                original = values[info.index].detach().as_strided(state.size, state.stride, state.storage_offset)
-            recorder.node_of(values[info.index]).meta["val"] = original
+                if info.grows_storage:  # (a storage of the size it had, where the trace resized it)
+                    storage = torch.empty(state.storage_nbytes // value.element_size(), dtype=value.dtype,
+                                          device=value.device)
+                else:
+                    storage = value.detach()
+                original = storage.as_strided(state.size, state.stride, state.storage_offset)
+            recorder.node_of(value).meta["val"] = original
 
 
 def _original_geometry(value: torch.Tensor, state: InputState) -> torch.Tensor:
@@ -416,7 +409,9 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
 
     inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.written_storages,
                             recorder.unbumped_storages, recorder.metadata_ops)
-    _reject_unreplayable_metadata_mutations(inputs, fn_name)
+    made_to_require_grad = tuple(info.index for info in inputs if info.autograd_change == "requires_grad")
+    if made_to_require_grad and inner_leaf_grads and torch.is_grad_enabled():
+        trace_backward = True  # their gradients reach the caller's tensors
     _placeholders_keep_their_geometry(recorder, values, before, inputs)
     recorder.check_stale_outputs(outs)
     reject_sparse_outputs(outs, recorder.node_of, fn_name)
@@ -436,13 +431,14 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
             recorder.placeholder(f"primals_{len(primals) + k + 1}", InnerLeaf.of(leaf).stand_in())
     _return_symbols_the_epilogue_needs(recorder, analysis)
     with recorder.fake_mode, recorder:
-        written = [_original_geometry(values[info.index], before[info.index]) if info.metadata_steps
-                   else values[info.index] for info in analysis.mutated_inputs]
+        written = [_original_geometry(values[info.index], before[info.index])
+                   if info.metadata_steps and not info.grows_storage else values[info.index]
+                   for info in analysis.mutated_inputs]
     forward_outputs = analysis.forward_outputs + written
 
     backward = _TracedBackward()
     if trace_backward:
-        targets = {i: leaves[i] for i, p in enumerate(primals) if p.requires_grad}
+        targets = {i: leaves[i] for i, p in enumerate(primals) if p.requires_grad or i in made_to_require_grad}
         targets.update({len(primals) + k: leaf for k, leaf in enumerate(inner)})
         backward = _trace_backward(recorder, analysis, forward_outputs, targets, fn_name)
     graph_outputs = [*forward_outputs, *backward.grads]
@@ -455,4 +451,5 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
     return TracedJoint(gm, analysis, len(values), len(forward_outputs), backward.tangent_sources,
                        backward.tangent_strides, backward.grad_inputs, grad_mode_after, trace_backward,
                        backward.backward_errors, backward.gradless_inputs, [InnerLeaf.of(t) for t in inner],
-                       recorder.symbolic.input_sources(primal_nodes), scalar_outputs)
+                       recorder.symbolic.input_sources(primal_nodes), scalar_outputs,
+                       made_to_require_grad if trace_backward else ())

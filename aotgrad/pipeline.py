@@ -121,6 +121,7 @@ class Partitioned:
     enable_grad: bool = False  # traced under no_grad, the function turns grad mode on inside
     inner_leaves: list[InnerLeaf] = field(default_factory=list)
     dead_ends: list[int] = field(default_factory=list)  # inference: outputs with a grad_fn reaching nothing
+    made_to_require_grad: tuple[int, ...] = ()  # inputs the function calls `requires_grad_()` on
 
 
 def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
@@ -202,7 +203,8 @@ def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Opti
         fw_gm, bw_gm, epilogue, traced.num_forward_outputs, traced.num_primals, traced.tangent_sources,
         traced.tangent_strides, traced.grad_inputs, [j in with_grad for j in range(traced.num_forward_outputs)],
         traced.backward_errors, _inputs_to_detach(traced), _saved_outputs(fw_gm, traced.num_forward_outputs),
-        enable_grad=not grad_mode, inner_leaves=traced.inner_leaves)
+        enable_grad=not grad_mode, inner_leaves=traced.inner_leaves,
+        made_to_require_grad=traced.made_to_require_grad)
 
 
 def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
@@ -227,6 +229,8 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     runtime = TrainingRuntime(plan, p.epilogue, enable_grad=p.enable_grad)
     if p.inner_leaves:
         runtime = WithInnerLeaves(runtime, p.inner_leaves)
+    if p.made_to_require_grad:
+        runtime = MakingInputsRequireGrad(runtime, p.made_to_require_grad)
     return runtime
 
 
@@ -258,6 +262,22 @@ class WithInnerLeaves:
 
     def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
         return self.runtime([*args, *(leaf.stand_in() for leaf in self.inner_leaves)])
+
+
+@dataclass
+class MakingInputsRequireGrad:
+    """Runs a training runtime after `requires_grad_()` on the inputs the function calls it on
+    (which did not require grad): the Function then routes their gradients to them, as eager's
+    ops after the call did. (The outputs computed before it do not require grad: the trace says
+    so.)"""
+
+    runtime: Callable
+    inputs: tuple[int, ...]
+
+    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        for i in self.inputs:
+            args[i].requires_grad_()
+        return self.runtime(args)
 
 
 def _inputs_to_detach(traced: TracedJoint) -> tuple[int, ...]:

@@ -29,15 +29,6 @@ def test_nonzero_is_rejected_with_the_workaround():
         aotgrad.aot_function(lambda x: x.nonzero(), aotgrad.nop)(torch.randn(4))
 
 
-def test_requires_grad_on_an_input_that_did_not_require_grad_is_rejected():
-    def fn(a):
-        out = a.sin()
-        a.requires_grad_()
-        return out, a * 2
-    with pytest.raises(UnsupportedError, match="calls `requires_grad_\\(\\)` on input 0, which did not require grad"):
-        aotgrad.aot_function(fn, aotgrad.nop)(torch.randn(3))
-
-
 def test_metadata_mutation_of_an_intermediate_matches_eager():
     def fn(x):
         y = x * 2

@@ -483,9 +483,12 @@ class _Functionalizer:
                                            "by another tensor used later")
 
     def _may_grow(self, ref: _Ref, node: fx.Node) -> bool:
-        """A fresh, contiguous intermediate whose other views are all dead by now."""
+        """A fresh, contiguous intermediate, or an input (the runtime resizes the caller's tensor
+        and writes its new value into it after: runtime/epilogue.ReplayMetadata), whose other
+        views are all dead by now."""
         root = ref.root
-        if ref.chain or root.origin != "intermediate" or not root.val.is_contiguous() or root.val.storage_offset():
+        if ref.chain or root.origin not in ("intermediate", "input") or not root.val.is_contiguous() \
+                or root.val.storage_offset():
             return False
         for other, other_ref in self.refs.items():
             if other_ref is ref or getattr(other_ref, "root", None) is not root:

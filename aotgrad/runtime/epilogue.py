@@ -24,12 +24,13 @@ class WriteBack:
     slot: int
     visible_to_autograd: bool
     bumps_version: bool = True  # False: written as eager did, through `.data` (no version bump)
+    after_metadata: bool = False  # written after the input's metadata replay (its storage grew)
 
     @property
     def quiet(self) -> bool:
         """Hidden from autograd and bumping the version: BatchNorm's running statistics.
         The epilogue writes all of these in one `_foreach_copy_` under one no_grad."""
-        return not self.visible_to_autograd and self.bumps_version
+        return not self.visible_to_autograd and self.bumps_version and not self.after_metadata
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> None:
         new = outs[self.slot]
@@ -49,7 +50,9 @@ class ReplayMetadata:
     tensor: around its data write-back (in the input's original geometry), a `detach_()` if it
     was detached and then written, the recorded metadata ops (`t_`, `unsqueeze_`,
     `as_strided_`, `resize_`, in the grad mode each ran in: eager's grad_fns), and a
-    `detach_()` if it ends detached (`detach_()`, `requires_grad_(False)`)."""
+    `detach_()` if it ends detached (`detach_()`, `requires_grad_(False)`) or a
+    `requires_grad_()` if it was made to require grad (the training runtime does that before
+    the call too: pipeline.MakingInputsRequireGrad)."""
 
     input_index: int
     steps: tuple = ()
@@ -71,6 +74,8 @@ class ReplayMetadata:
             step(target)
         if self.autograd_change == "detach":
             target.detach_()
+        elif self.autograd_change == "requires_grad":
+            target.requires_grad_()
 
 
 def _same_layout(t: torch.Tensor, stride: tuple) -> bool:
@@ -210,14 +215,15 @@ class Epilogue:
     def __post_init__(self):
         # (input index, slot) of the quiet write-backs, run together; the others one by one
         self._quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
-        self._loud = [w for w in self.write_backs if not w.quiet]
+        self._loud = [w for w in self.write_backs if not w.quiet and not w.after_metadata]
+        self._late = [w for w in self.write_backs if w.after_metadata]
 
     @staticmethod
     def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool,
              symbol_sources: dict | None = None, scalar_outputs: Sequence[int] = ()) -> "Epilogue":
         first_mutation_slot = len(analysis.forward_outputs)
         write_backs = [WriteBack(info.index, first_mutation_slot + k, info.mutation_visible_to_autograd,
-                                 info.bumps_version)
+                                 info.bumps_version, info.grows_storage)
                        for k, info in enumerate(analysis.mutated_inputs)]
         outputs = []
         for info in analysis.outputs:
@@ -255,6 +261,8 @@ class Epilogue:
             step.run(inputs, outs)
         for m in metadata:
             m.after_write(inputs)
+        for step in self._late:
+            step.run(inputs, outs)
         for j in self.leaf_outputs:
             outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
         built: list[Any] = []

@@ -296,11 +296,40 @@ def test_metadata_change_of_an_input_aliasing_another_unwritten_input(requires_g
     assert_like_eager(fn, make)
 
 
-def test_metadata_change_of_an_input_aliasing_a_written_input_is_refused():
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_metadata_change_of_an_input_aliasing_a_written_input(requires_grad):
+    """A synthetic base (one input written, another view of its memory transposed): the base
+    is written back once, then the transposed input gets its new geometry."""
     def fn(a, b):
         a.mul_(2)
         b.t_()
-        return a.mul(b)
+        return a.mul(b), b
+
+    def make():
+        base = torch.arange(1.0, 5.0).view(2, 2).requires_grad_(requires_grad)
+        x = base.add(1)
+        return [x[0:2], x[0:2]], [base]
+    assert_like_eager(fn, make)
+
+
+def test_metadata_change_of_inputs_aliasing_written_inputs_out_of_order():
+    def fn(a, b, c, d):
+        b.add_(1)
+        d.unsqueeze_(0)
+        return a + c + d, b
+
+    def make():
+        base = torch.randn(2, 2, requires_grad=True)
+        x, y = base.add(1), torch.randn(2, 2, requires_grad=True)
+        return [y.add(1), x.view(-1), y.mul(2), x.view(2, 2)], [base, y]
+    assert_like_eager(fn, make)
+
+
+def test_requires_grad_change_of_an_input_aliasing_a_written_input_is_refused():
+    def fn(a, b):
+        a.mul_(2)
+        b.requires_grad_()
+        return a + b
     x = torch.ones(2, 2).add(1)
     with pytest.raises(aotgrad.errors.UnsupportedError, match="input 1 shares memory with input"):
         aotgrad.aot_function(fn, aotgrad.nop)(x[0:2], x[0:2])
@@ -352,4 +381,47 @@ def test_an_input_saved_for_backward_survives_the_replay_of_its_metadata_ops():
     def make():
         a, leaf = torch.randn(2, 2), torch.randn(2, 3, requires_grad=True)
         return [a, leaf * 1], [a, leaf]
+    assert_like_eager(fn, make)
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_requires_grad_on_an_input_that_did_not_require_grad(grad_mode):
+    """Outputs computed before `requires_grad_()` do not require grad, those after do, and
+    their gradients reach the caller's tensor (made to require grad before the call)."""
+    def fn(a, b):
+        before = a * 2
+        a.requires_grad_()
+        return before, a.mul(3), b.mul(4), (a * b).sum()
+
+    def make():
+        a, b = torch.randn(3, 3), torch.randn(3, 3, requires_grad=True)
+        return [a, b], [a, b]
+    with torch.set_grad_enabled(grad_mode):
+        assert_like_eager(fn, make)
+
+
+def test_requires_grad_on_an_input_then_a_write_into_it():
+    def fn(a, w):
+        a.requires_grad_()
+        out = a.exp()
+        return out, a.sum() * w
+
+    def make():
+        a, w = torch.randn(2, 3), torch.randn((), requires_grad=True)
+        return [a, w], [a, w]
+    assert_like_eager(fn, make)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_resize_larger_then_write_the_new_elements(requires_grad):
+    """Eager grows the caller's storage (the new elements uninitialised until written)."""
+    def fn(a, w):
+        a.resize_(3, 4)
+        a.view(-1)[6:].fill_(7.0)   # (eager leaves the new elements uninitialised)
+        a.mul_(2)
+        return a.sum(0) * w
+
+    def make():
+        w = torch.randn((), requires_grad=requires_grad)
+        return [torch.arange(6.0).view(2, 3), w], [w]
     assert_like_eager(fn, make)
