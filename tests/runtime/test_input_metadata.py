@@ -425,3 +425,77 @@ def test_resize_larger_then_write_the_new_elements(requires_grad):
         w = torch.randn((), requires_grad=requires_grad)
         return [torch.arange(6.0).view(2, 3), w], [w]
     assert_like_eager(fn, make)
+
+
+def test_written_aliased_inputs_a_transposed_one_and_outputs_aliasing_each_other():
+    def fn(a, b, c):
+        c.mul_(2)
+        b.t_()
+        total = a + c
+        flat = total.view(-1)
+        return flat, b.t(), flat.unsqueeze(0)
+
+    def make():
+        base1, base2 = torch.ones(2, 2, requires_grad=True), torch.ones(2, 2, requires_grad=True)
+        x, y = base1.add(1), base2.add(1)
+        return [x.view(-1), y, x.view(-1)], [base1, base2]
+    assert_like_eager(fn, make)
+
+
+def test_a_view_of_an_input_made_to_require_grad_and_returned():
+    def fn(a, b):
+        v = a.view(-1)
+        v.requires_grad_(True)
+        return v, b * 2
+
+    def make():
+        b = torch.randn(3, 3, requires_grad=True)
+        return [torch.randn(3, 3), b], [b]
+    assert_like_eager(fn, make)
+
+
+def _programs():
+    def transpose_then_add(a, b):
+        a.transpose_(1, 0)
+        return a + b
+
+    def transpose_write_add(a, b):
+        a.transpose_(1, 0)
+        a.mul_(2)
+        return a + b
+
+    def duplicated(a, b):
+        a.t_()
+        b.unsqueeze_(0)
+        return a + b
+
+    def made_to_require_grad(a, b):
+        a.requires_grad_(True)
+        return a.mul(3), b.mul(4)
+
+    def make_two():
+        x, y = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
+        return [x.add(1), y.add(1)], [x, y]
+
+    def make_dup():
+        x = torch.randn(3, 3, requires_grad=True)
+        y = x.add(1)
+        return [y, y], [x]
+
+    def make_plain_and_graded():
+        b = torch.randn(3, 3, requires_grad=True)
+        return [torch.randn(3, 3), b], [b]
+    return {"transpose_then_add": (transpose_then_add, make_two),
+            "transpose_write_add": (transpose_write_add, make_two),
+            "duplicated": (duplicated, make_dup),
+            "made_to_require_grad": (made_to_require_grad, make_plain_and_graded)}
+
+
+@pytest.mark.parametrize("backend", ["aotgrad", "aotgrad_inductor", "aotgrad_dynamic"])
+@pytest.mark.parametrize("program", sorted(_programs()))
+def test_metadata_mutations_under_torch_compile(backend, program):
+    fn, make = _programs()[program]
+    torch._dynamo.reset()
+    dynamic = backend.endswith("_dynamic")
+    compiled = torch.compile(fn, backend=backend.removesuffix("_dynamic"), dynamic=dynamic or None)
+    assert_like_eager(fn, make, compiled)
