@@ -261,12 +261,14 @@ class _Functionalizer:
         transposed. After: `copy = aten.copy(mul, add)`, laid out as `mul`. Views of v0 that
         the epilogue rebuilds (`v0[1]`) then get eager's strides and offsets.
 
-        Inputs are left alone (the epilogue copies their new value into them), and so are
-        strides of size-1 dims (the same memory either way; see `RestrideBase` in the epilogue).
+        Inputs are left alone (the epilogue copies their new value into them). Strides of size-1
+        dims count too where they are static: eager's `v0 = a + a; v0.sin_()` keeps the (1, 1)
+        strides of a (1, 2) `v0`, the functional `sin` picks (2, 1).
         """
         current, value = root.value.meta["val"], new.meta["val"]
         if (root.origin != "intermediate" or not isinstance(value, torch.Tensor)
-                or not known_equal(value.shape, current.shape) or _same_element_offsets(value, current)):
+                or not known_equal(value.shape, current.shape) or known_equal(value.stride(), current.stride())
+                or (_same_element_offsets(value, current) and _has_symbols(value, current))):
             return new
         return self.emit(aten.copy.default, (root.value, new))
 
@@ -567,6 +569,10 @@ class _MultiView:
     def step_for(self, index: int) -> ViewStep:
         return ViewStep(self.step.op, self.step.args, self.step.kwargs, index)
 
+
+
+def _has_symbols(*tensors: torch.Tensor) -> bool:
+    return any(isinstance(x, torch.SymInt) for t in tensors for x in (*t.shape, *t.stride()))
 
 
 def _same_element_offsets(t: torch.Tensor, other: torch.Tensor) -> bool:

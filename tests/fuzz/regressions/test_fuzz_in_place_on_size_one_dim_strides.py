@@ -1,24 +1,14 @@
-"""Fuzz regression (open): `v0 = a + a; v0.sin_(); return (v0, v0)` with `a` of shape (1, 2) and
+"""Fuzz regression (fixed): `v0 = a + a; v0.sin_(); return (v0, v0)` with `a` of shape (1, 2) and
 strides (1, 3) (a diagonal) returns strides (2, 1) where eager's are (1, 1).
 
 Stage: functionalize. Eager's `a + a` picks strides (1, 1) for the (1, 2) result and `sin_`
 keeps them; the functional `sin(add)` picks its own, (2, 1). They differ only on the size-1
-dim, which `_keep_layout` does not restore (the fakes often disagree with eager on such dims
-themselves: documented in docs/limitations.md). Same elements, same values and gradients.
-Fix idea: for an in-place op whose target has a size-1 dim and non-canonical strides, copy the
-new value into the target's runtime layout (`aten.copy`) whatever the fakes say.
+dim, which `_keep_layout` did not restore. Same elements, same values and gradients.
+Fixed (session 14): `_keep_layout` compares static strides of size-1 dims too.
 """
-import pytest
 import torch
 
-from tests.fuzz.known import KnownBug
 from tests.fuzz.oracle import check_program
-
-KNOWN = KnownBug(
-    reason="an in-place op on an intermediate with a size-1 dim: the functional op's strides on that dim",
-    categories=("strides",),
-    message=r"has stride \(2, 1\) offset 0, eager's \(1, 1\) offset 0",
-    source=r"\.sin_\(\)")
 
 
 def f(a):
@@ -34,6 +24,5 @@ def make_inputs():
     return [a], [l0]
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN.reason)
 def test_in_place_op_keeps_eagers_strides_on_a_size_one_dim():
     check_program(f, make_inputs)
