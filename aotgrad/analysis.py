@@ -82,8 +82,12 @@ class ViewStep:
     args: tuple
     kwargs: tuple = ()  # (name, value) pairs
     grad_enabled: bool = True  # the grad mode it ran in: a view made under no_grad cuts the graph
+    inference_mode: bool = False  # made under inference_mode (a view autograd treats apart again)
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        if self.inference_mode:
+            with torch.inference_mode():
+                return self.op(t, *self.args, **dict(self.kwargs))
         if self.grad_enabled or not torch.is_grad_enabled():
             return self.op(t, *self.args, **dict(self.kwargs))
         with torch.no_grad():
@@ -270,7 +274,7 @@ def recorded_views(node: fx.Node, stops: dict[fx.Node, int]) -> tuple[int, tuple
         if not isinstance(source, fx.Node) or any(isinstance(a, fx.Node) for a in constants):
             return None
         steps.append(ViewStep(node.target, tuple(args), tuple(node.kwargs.items()),
-                              node.meta.get("grad_enabled", True)))
+                              node.meta.get("grad_enabled", True), node.meta.get("inference_mode", False)))
         node = source
     return stops[node], tuple(reversed(steps))
 
@@ -285,6 +289,16 @@ def _is_leaf_view(out: torch.Tensor) -> bool:
         return out.grad_fn is None
     except RuntimeError:  # a no_grad view whose base changed: eager's error on reading it
         return True
+
+
+def _has_own_grad_accumulator(t: torch.Tensor) -> bool:
+    """Was `requires_grad_()` called on this view? (A view taken under inference_mode of a tensor
+    that requires grad reports requires_grad either way; only the call gives it a leaf's
+    gradient accumulator, without which a backward from it fails.)"""
+    try:
+        return isinstance(torch.autograd.graph.get_gradient_edge(t).node, torch._C._functions.AccumulateGrad)
+    except (RuntimeError, AssertionError):  # "Expected gradient function to be set": no leaf of its own
+        return False
 
 
 class _MakeLeaf:
@@ -327,7 +341,8 @@ def _with_replay(info: OutputInfo, out: torch.Tensor, bases: dict[fx.Node, int],
         # (a view taken under no_grad of a base that requires grad needs no `requires_grad_()`,
         # and must not get one: its requires_grad follows the base's, e.g. after `base.detach_()`)
         replayed_requires_grad, _ = _replayed_autograd(found[1], base_values[found[0]].requires_grad, False)
-        made_leaf = (MAKE_LEAF,) if _is_leaf_view(out) and not replayed_requires_grad else ()
+        made_leaf = (MAKE_LEAF,) if _is_leaf_view(out) and (
+            not replayed_requires_grad or _has_own_grad_accumulator(out)) else ()
         return dataclasses.replace(info, index=found[0], replay=found[1] + made_leaf)
     base = base_values[info.index]
     if _is_leaf_view(out) and not base.requires_grad:

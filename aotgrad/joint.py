@@ -178,6 +178,20 @@ def _backward_errors(forward_outputs: Sequence[torch.Tensor], candidates: Sequen
     return errors
 
 
+def _reject_requires_grad_on_shared_memory(indices: Sequence[int], primals: Sequence[torch.Tensor],
+                                           fn_name: str) -> None:
+    """`b.requires_grad_()` on an input whose memory another input views (`a = b[1:]`): eager's
+    `a` then requires grad too (a view follows its base); the trace holds the two apart."""
+    for i in indices:
+        storage = primals[i].untyped_storage()._cdata
+        others = [j for j, p in enumerate(primals) if j != i and p.untyped_storage()._cdata == storage]
+        if others:
+            raise UnsupportedError(
+                f"aotgrad cannot compile `{fn_name}`: it calls `requires_grad_()` on input {i}, which shares "
+                f"memory with input(s) {others}; in eager a view of it then requires grad too, which aotgrad "
+                "does not follow. To continue: call `requires_grad_()` before calling the compiled function.")
+
+
 def _placeholders_keep_their_geometry(recorder: GraphRecorder, values: Sequence[torch.Tensor],
                                       before: Sequence[InputState], inputs: Sequence[InputInfo]) -> None:
     """The recorder keeps live fakes: an input's in-place metadata ops changed its placeholder's
@@ -410,6 +424,7 @@ def _trace_joint(fn, primals, fake_mode, trace_backward, decompositions, fn_name
     inputs = analyse_inputs(values, before, [p.is_leaf for p in primals], recorder.written_storages,
                             recorder.unbumped_storages, recorder.metadata_ops)
     made_to_require_grad = tuple(info.index for info in inputs if info.autograd_change == "requires_grad")
+    _reject_requires_grad_on_shared_memory(made_to_require_grad, primals, fn_name)
     if made_to_require_grad and inner_leaf_grads and torch.is_grad_enabled():
         trace_backward = True  # their gradients reach the caller's tensors
     _placeholders_keep_their_geometry(recorder, values, before, inputs)

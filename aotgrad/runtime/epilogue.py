@@ -6,6 +6,7 @@ Each step is a small dataclass with a readable repr; `Epilogue` runs them in ord
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -60,8 +61,7 @@ class ReplayMetadata:
     symbolic: bool = False
 
     def concrete(self, env: dict) -> "ReplayMetadata":
-        steps = tuple(ViewStep(s.op, concrete(s.args, env), concrete(s.kwargs, env), s.grad_enabled)
-                      for s in self.steps)
+        steps = tuple(_with_sizes(s, env) for s in self.steps)
         return ReplayMetadata(self.input_index, steps, self.autograd_change)
 
     def before_write(self, inputs: Sequence[torch.Tensor]) -> None:
@@ -76,6 +76,11 @@ class ReplayMetadata:
             target.detach_()
         elif self.autograd_change == "requires_grad":
             target.requires_grad_()
+
+
+def _with_sizes(step: ViewStep, env: dict) -> ViewStep:
+    """A recorded view step with the call's sizes (dynamic shapes)."""
+    return dataclasses.replace(step, args=concrete(step.args, env), kwargs=concrete(step.kwargs, env))
 
 
 def _same_layout(t: torch.Tensor, stride: tuple) -> bool:
@@ -133,7 +138,7 @@ class RebuildOutput:
     def concrete(self, env: dict) -> "RebuildOutput":
         """This step with the call's sizes (dynamic shapes)."""
         replay = None if self.replay is None else tuple(
-            ViewStep(s.op, concrete(s.args, env), concrete(s.kwargs, env), s.grad_enabled) for s in self.replay)
+            _with_sizes(s, env) for s in self.replay)
         return RebuildOutput(self.kind, self.index, concrete(self.size, env), concrete(self.stride, env),
                              concrete(self.storage_offset, env), self.requires_grad,
                              concrete(self.base_stride, env), self.value, replay,

@@ -225,7 +225,8 @@ def call_code(fn_name: str, key: tuple, types: Sequence[type], dynamic: bool, ru
     code("    if not (" + "\n            and ".join(checks) + "):")
     code("        return MISS")
     epilogue = runtime.epilogue
-    if epilogue.write_backs or any(o.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT) for o in epilogue.outputs):
+    if epilogue.write_backs or epilogue.metadata or any(o.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT)
+                                                         for o in epilogue.outputs):
         # a write into an input, or an output that is an input or views one: which inputs share
         # memory was part of the compile (the key's storage groups)
         storages = ", ".join(f"{a}.untyped_storage()._cdata" for a in args)
@@ -271,7 +272,7 @@ def _epilogue(code: Code, epilogue, args: list[str]) -> None:
     """The epilogue's steps, written out where they are plain (fresh outputs, inputs returned,
     BatchNorm-style write-backs); the others call the step's own `run`."""
     simple = (epilogue.sizes is None and not epilogue.restrides and not epilogue.scalar_outputs
-              and epilogue.grad_mode_after is None
+              and epilogue.grad_mode_after is None and not epilogue.metadata
               and all(o.kind in (OutputKind.FRESH, OutputKind.INPUT) for o in epilogue.outputs))
     if not simple:
         code(f"    return_values = {code.const(epilogue, 'epilogue')}.run([{', '.join(args)}], outs)")

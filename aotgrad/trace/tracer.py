@@ -342,6 +342,8 @@ class GraphRecorder(TorchDispatchMode):
         meta = node.meta
         meta["original_aten"] = func
         meta["grad_enabled"] = torch.is_grad_enabled()
+        if torch.is_inference_mode_enabled():
+            meta["inference_mode"] = True  # (the epilogue replays views made under it under it too)
         if self.in_backward:
             autograd_node = torch._C._current_autograd_node()
             meta["is_backward"] = True
@@ -412,12 +414,14 @@ class GraphRecorder(TorchDispatchMode):
 
 def stale_view_error(func) -> Exception:
     use = f"then used by `{func}`" if func is not None else "then returned"
-    return UnsupportedError(
+    line = user_stack_trace(sys._getframe(2)) if func is not None else None
+    return UnsupportedError((
         f"aotgrad cannot trace a view {use} after an in-place metadata op (`t_()`, `transpose_()`, "
         "`unsqueeze_()`, `as_strided_()`...) changed the tensor it views, a tensor that requires grad: "
         "autograd on the trace's fake tensors would rebuild the view's history by replaying its view op "
         "on the changed tensor, giving wrong gradients (eager rebuilds it with as_strided). To continue: "
-        "take the view after the metadata change, or use the out-of-place op (`x = x.t()`).")
+        "take the view after the metadata change, or use the out-of-place op (`x = x.t()`)."
+        + (f"\n{line.rstrip()}" if line else "")))
 
 
 def _has_size_one_dim(out) -> bool:
