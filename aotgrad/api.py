@@ -8,6 +8,8 @@ another compiles waits, then looks again (`_cached`).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
 
 from aotgrad import disk_cache
-from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs
+from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs, unknown_option_error
 from aotgrad.pipeline import Options, compile_flat
 from aotgrad.runtime.boxed import boxed_graph
 from aotgrad.runtime.wrapper import MISS, call_code
@@ -372,11 +374,36 @@ def _entry_guard(sizes_guard: Callable | None, synthetic_base: SyntheticBase | N
                            and (static or sizes_guard(synthetic_base.inputs(ts, kp))))
 
 
-def _options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic,
-             inputs_guarded: bool = False) -> Options:
-    return Options(fw_compiler, bw_compiler, partition_fn, decompositions, inference_compiler, dynamic, inputs_guarded)
+# aot_function's keyword options; aot_module takes the same, aot_module_simplified also
+# inputs_guarded (the backends': Dynamo's guards check the graph's inputs).
+OPTIONS = ("partition_fn", "decompositions", "inference_compiler", "dynamic")
+SIMPLIFIED_OPTIONS = (*OPTIONS, "inputs_guarded")
 
 
+def _options(entry_point: Callable, fw_compiler, bw_compiler, options: dict, accepted=OPTIONS) -> Options:
+    """The Options of an entry point's call; an option it does not take raises UnknownOptionError
+    (were it dropped, a misspelt `partiton_fn` would compile with the default partitioner)."""
+    for name in options:
+        if name not in accepted:
+            raise unknown_option_error(entry_point, name, accepted)
+    return Options(fw_compiler, bw_compiler, **options)
+
+
+def _names_unknown_options(entry_point: Callable) -> Callable:
+    """`entry_point` (whose options are keyword parameters) raising UnknownOptionError, with the
+    closest name, for a keyword argument it does not take, where Python's TypeError names none."""
+    parameters = frozenset(inspect.signature(entry_point).parameters)
+
+    @functools.wraps(entry_point)
+    def checked(*args, **kwargs):
+        for name in kwargs:
+            if name not in parameters:
+                raise unknown_option_error(entry_point, name, OPTIONS)
+        return entry_point(*args, **kwargs)
+    return checked
+
+
+@_names_unknown_options
 def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Callable | None = None, *,
                  partition_fn: Callable | None = None, decompositions: dict | None = None,
                  inference_compiler: Callable | None = None, dynamic: bool = False) -> AotFunction:
@@ -388,9 +415,11 @@ def aot_function(fn: Callable, fw_compiler: Callable, bw_compiler: Callable | No
     fw_compiler(gm, example_inputs) -> callable compiles the forward graph; bw_compiler
     (default: fw_compiler) the backward; inference_compiler the graph used when no grad
     is needed. partition_fn(joint_gm, joint_inputs, num_fwd_outputs=n) -> (fw_gm, bw_gm).
+    A keyword argument it does not take raises UnknownOptionError naming the closest one.
     """
-    return AotFunction(fn, _options(fw_compiler, bw_compiler, partition_fn, decompositions,
-                                    inference_compiler, dynamic))
+    return AotFunction(fn, _options(aot_function, fw_compiler, bw_compiler, dict(
+        partition_fn=partition_fn, decompositions=decompositions, inference_compiler=inference_compiler,
+        dynamic=dynamic)))
 
 
 class AotModule(torch.nn.Module):
@@ -420,18 +449,17 @@ class AotModule(torch.nn.Module):
 def aot_module(module: torch.nn.Module, fw_compiler: Callable, bw_compiler: Callable | None = None,
                **options) -> AotModule:
     """aot_function for a module: parameters and buffers are traced as inputs, so
-    gradients reach `param.grad` and buffer updates (BatchNorm running stats) are written back."""
-    return AotModule(module, _options(fw_compiler, bw_compiler, options.get("partition_fn"),
-                                      options.get("decompositions"), options.get("inference_compiler"),
-                                      options.get("dynamic", False)))
+    gradients reach `param.grad` and buffer updates (BatchNorm running stats) are written back.
+    `options` are aot_function's (OPTIONS); another raises UnknownOptionError."""
+    return AotModule(module, _options(aot_module, fw_compiler, bw_compiler, options))
 
 
 def aot_module_simplified(gm: torch.nn.Module, example_inputs: Sequence[Any], fw_compiler: Callable,
                           bw_compiler: Callable | None = None, **options) -> Callable:
     """Compile a torch.compile FX graph (or any nn.Module: its parameters and buffers become
-    inputs); returns a callable over the same flat inputs."""
+    inputs); returns a callable over the same flat inputs. `options` are aot_function's and
+    inputs_guarded (SIMPLIFIED_OPTIONS); another raises UnknownOptionError."""
     from aotgrad.simplified import compile_graph_module
 
-    return compile_graph_module(gm, example_inputs, _options(
-        fw_compiler, bw_compiler, options.get("partition_fn"), options.get("decompositions"),
-        options.get("inference_compiler"), options.get("dynamic", False), options.get("inputs_guarded", False)))
+    return compile_graph_module(gm, example_inputs, _options(aot_module_simplified, fw_compiler, bw_compiler,
+                                                             options, SIMPLIFIED_OPTIONS))

@@ -6,6 +6,8 @@ PyTorch's tests pin it, followed by the cause, the cure and the user's line.
 """
 from __future__ import annotations
 
+import difflib
+import inspect
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +31,33 @@ class UnsupportedError(AotgradError):
 class CompilerSignatureError(AotgradError, TypeError):
     """A compiler function that cannot be called as its entry point calls it (also a TypeError,
     what calling it would have raised)."""
+
+
+class UnknownOptionError(AotgradError, TypeError):
+    """An entry point called with a keyword argument it does not take (also a TypeError, what
+    Python raises for an unexpected keyword argument; the first sentence is Python's)."""
+
+
+# Options of PyTorch's AOTAutograd entry points that aotgrad's do not have (ported code passes them)
+_PYTORCH_ONLY_OPTIONS = frozenset({
+    "num_params_buffers", "keep_inference_input_mutations", "enable_log", "disable_functionalization",
+    "compiler_config_extra", "ignore_shape_env", "pre_grad_passes", "compile_region_name", "cudagraphs",
+    "boxed_forward_device_index"})
+
+
+def unknown_option_error(entry_point: Callable, name: str, options: Sequence[str]) -> UnknownOptionError:
+    """The error for `entry_point(..., name=...)` where `name` is none of its parameters or
+    `options`: the closest name and the options it takes."""
+    fn = entry_point.__name__
+    parameters = [p.name for p in inspect.signature(entry_point).parameters.values()
+                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    close = difflib.get_close_matches(name, [*parameters, *options], n=1)
+    why = (f" {name!r} is an option of PyTorch's AOTAutograd that aotgrad does not have."
+           if name in _PYTORCH_ONLY_OPTIONS else "")
+    return UnknownOptionError(
+        f"{fn}() got an unexpected keyword argument {name!r}" + (f"; did you mean {close[0]!r}?" if close else ".")
+        + why + f" {fn}'s options are {', '.join(options[:-1])} and {options[-1]}. "
+        "To continue: " + (f"drop {name!r}." if why else "use one of those names."))
 
 
 class MutatedAliasedInputsError(UnsupportedError):

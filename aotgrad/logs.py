@@ -45,7 +45,8 @@ def apply_log_level() -> None:
     """Give the `aotgrad` loggers the level `aotgrad.config.log_level` names.
 
     Case-insensitive "warning", "info" or "debug"; anything else raises ValueError naming
-    the knob. Cheap when nothing changed (one comparison), so call it per compile."""
+    the knob (setting the knob checks the value already; AOTGRAD_LOG, read unchecked at
+    import, is reported here). Cheap when nothing changed (one comparison), so call it per compile."""
     from aotgrad import config
 
     value = config.log_level

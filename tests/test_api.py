@@ -679,3 +679,75 @@ def test_copy_of_an_aot_module_compiles_on_its_own():
         torch.testing.assert_close(m(x), model(x))
     assert twin.compiled.compile_lock is not compiled.compiled.compile_lock
     assert len(twin.compiled.cache) == len(compiled.compiled.cache) == 1
+
+
+# -- keyword options: each entry point takes its own, and names the closest for any other ----------
+
+def _linear_and_input():
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2), torch.randn(4, 3)
+
+
+def _call_entry_point(entry_point: str, **options):
+    model, x = _linear_and_input()
+    if entry_point == "aot_function":
+        return aotgrad.aot_function(lambda x: model(x).relu(), aotgrad.nop, **options)(x)
+    if entry_point == "aot_module":
+        return aotgrad.aot_module(model, aotgrad.nop, **options)(x)
+    return aotgrad.aot_module_simplified(model, [x], aotgrad.nop, **options)(x)
+
+
+ENTRY_POINTS = ["aot_function", "aot_module", "aot_module_simplified"]
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+def test_a_misspelt_option_is_a_type_error_naming_the_closest_and_the_options(entry_point):
+    with pytest.raises(TypeError) as caught:
+        _call_entry_point(entry_point, partiton_fn=aotgrad.min_cut_rematerialization_partition)
+    assert isinstance(caught.value, aotgrad.errors.UnknownOptionError)
+    message = str(caught.value)
+    assert message.startswith(f"{entry_point}() got an unexpected keyword argument 'partiton_fn'; "
+                              "did you mean 'partition_fn'?")
+    options = "inference_compiler, dynamic and inputs_guarded" if entry_point == "aot_module_simplified" \
+        else "inference_compiler and dynamic"
+    assert f"{entry_point}'s options are partition_fn, decompositions, {options}." in message
+    assert message.endswith("To continue: use one of those names.")
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+def test_an_option_of_pytorchs_aot_autograd_is_named_as_such(entry_point):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'keep_inference_input_mutations'\. "
+                                        r"'keep_inference_input_mutations' is an option of PyTorch's AOTAutograd "
+                                        r"that aotgrad does not have\..* To continue: drop "):
+        _call_entry_point(entry_point, keep_inference_input_mutations=True)
+
+
+def test_a_misspelt_compiler_argument_names_the_compiler():
+    model, x = _linear_and_input()
+    with pytest.raises(TypeError, match=r"'bw_compilr'; did you mean 'bw_compiler'\?"):
+        aotgrad.aot_module(model, aotgrad.nop, bw_compilr=aotgrad.nop)
+
+
+def test_inputs_guarded_is_aot_module_simplifieds_only():
+    with pytest.raises(TypeError, match=r"^aot_module\(\) got an unexpected keyword argument 'inputs_guarded'"):
+        _call_entry_point("aot_module", inputs_guarded=False)
+    _call_entry_point("aot_module_simplified", inputs_guarded=False)
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+def test_every_option_is_still_taken(entry_point):
+    model, x = _linear_and_input()
+    expected = model(x).relu() if entry_point == "aot_function" else model(x)
+    out = _call_entry_point(entry_point, partition_fn=aotgrad.min_cut_rematerialization_partition,
+                            decompositions={}, inference_compiler=aotgrad.nop, dynamic=False)
+    torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out, expected)
+
+
+def test_the_options_are_aot_functions_keyword_parameters():
+    import inspect
+
+    from aotgrad.api import OPTIONS, SIMPLIFIED_OPTIONS
+
+    parameters = inspect.signature(aotgrad.aot_function).parameters.values()
+    assert OPTIONS == tuple(p.name for p in parameters if p.kind is p.KEYWORD_ONLY)
+    assert SIMPLIFIED_OPTIONS == (*OPTIONS, "inputs_guarded")
