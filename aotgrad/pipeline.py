@@ -183,6 +183,11 @@ def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Opti
         analysis = traced.analysis
         dead_ends = [info.index for info in analysis.outputs if info.kind is OutputKind.FRESH and info.requires_grad
                      and info.index not in analysis.leaf_outputs]
+        # an input written with a value that requires grad in eager (a no_grad view of a leaf
+        # made inside): its write-back, seen by autograd, gives it a history reaching nothing too
+        first_write = len(analysis.forward_outputs)
+        dead_ends += [first_write + k for k, info in enumerate(analysis.mutated_inputs)
+                      if info.mutation_visible_to_autograd]
         record.forward = gm
         return Partitioned(gm, None, epilogue, dead_ends=dead_ends)
     partition_fn = options.partition_fn or default_partition

@@ -124,6 +124,9 @@ class CompiledAutograd:
 
     def run_backward(self, engine, tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable,
                      accumulate_grad):
+        if not accumulate_grad and not inputs:
+            # PyTorch's engine's own argument check (torch.autograd.grad checks it first from 2.13 on)
+            raise ValueError("grad requires non-empty inputs.")
         reason = _eager_reason(tensors, grad_tensors, create_graph, inputs)
         if reason is None:
             if accumulate_grad:

@@ -542,3 +542,20 @@ def test_sparse_gradients_run_on_the_eager_engine():
         emb(idx).sum().backward()
     assert torch.equal(emb.weight.grad.to_dense(), expected)
     assert aotgrad.counters["compiled_autograd"]["eager_fallbacks"] >= 1
+
+
+def test_grad_with_no_inputs_raises_what_stock_raises():
+    # torch 2.12's engine raises "grad requires non-empty inputs." itself (2.13 checks in Python
+    # before the engine): the intercepting engine must raise it too
+    def error(enabled: bool):
+        x = torch.randn(3, requires_grad=True)
+        try:
+            if enabled:
+                with compiled_autograd.enable(lambda gm: gm):
+                    torch.autograd.grad((x * 2).sum(), [])
+            else:
+                torch.autograd.grad((x * 2).sum(), [])
+        except Exception as e:
+            return type(e), str(e)
+        return None
+    assert error(True) == error(False) is not None
