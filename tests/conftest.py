@@ -42,3 +42,20 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     items[:] = kept
+
+
+_KNOBS = ("partitioner", "activation_memory_budget", "activation_memory_budget_bytes", "optimize_ddp",
+          "compiled_autograd_verbose", "cache_dir", "log_level", "check_graphs")
+
+
+@pytest.fixture(autouse=True)
+def _config_left_as_found(request):
+    """Every test leaves aotgrad.config as it found it: a knob a test changed and did not put
+    back (a failed monkeypatch undo, say) would change what later tests test."""
+    before = {name: getattr(aotgrad.config, name) for name in _KNOBS}
+    yield
+    after = {name: getattr(aotgrad.config, name) for name in _KNOBS}
+    changed = {name: (before[name], after[name]) for name in _KNOBS if before[name] != after[name]}
+    for name, (value, _) in changed.items():  # put back, unchecked, so one leak fails one test
+        aotgrad.config.__dict__[name] = value
+    assert not changed, f"{request.node.nodeid} left aotgrad.config changed: {changed}"
