@@ -256,7 +256,7 @@ class Epilogue:
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
         env = self.sizes.bind(inputs, outs) if self.sizes is not None else None  # (before metadata changes)
-        metadata = [m.concrete(env) if m.symbolic else m for m in self.metadata]
+        metadata = [m.concrete(env) if m.symbolic else m for m in self.metadata] if self.metadata else ()
         for m in metadata:
             m.before_write(inputs)
         if self._quiet:
