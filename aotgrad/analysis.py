@@ -23,6 +23,8 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from aotgrad.trace.fake import shares_version_counter
+
 
 @dataclass(frozen=True)
 class InputState:
@@ -459,7 +461,7 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
             info = dataclasses.replace(info, history=len(forward_outputs))
             forward_outputs.append(_history_carrier(outs[k], k, viewed))
         # (`unsafe_split`'s outputs have counters of their own too, but a history a view gives)
-        if (info.history is not None or not info.requires_grad) and not _shares_version_counter(outs[k], base):
+        if (info.history is not None or not info.requires_grad) and not shares_version_counter(outs[k], base):
             info = dataclasses.replace(info, own_version_counter=True)
         infos[k] = info
     return ForwardAnalysis(
@@ -522,16 +524,6 @@ def _history_carrier(out: torch.Tensor, k: int, viewed: bool) -> torch.Tensor:
             "would have (e.g. the base was detached in place, `base.detach_()`, after the view was taken; "
             "or a view made a leaf under `torch.no_grad()`). To continue: return `.clone()` of that output.")
     return out
-
-
-def _shares_version_counter(t: torch.Tensor, base: torch.Tensor) -> bool:
-    """Does a write to `base` bump `t`'s version (a view, `detach`), or has `t` a counter of
-    its own (`.data`)? Tried on the fake values: bump `base`'s version, then restore it."""
-    before = t._version
-    torch.autograd.graph.increment_version(base)
-    shared = t._version != before
-    torch._C._autograd._unsafe_set_version_counter((base,), (base._version - 1,))
-    return shared
 
 
 def is_new_leaf(t: torch.Tensor) -> bool:

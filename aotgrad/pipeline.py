@@ -230,13 +230,49 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
                        p.detached_inputs, p.forward.meta.get("num_saved_sizes", 0),
                        p.backward, bw_compiler, saved_outputs=p.saved_outputs,
-                       repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs))
+                       repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs),
+                       **_own_counter_results(p.forward, p.backward, p.num_forward_outputs, p.epilogue))
     runtime = TrainingRuntime(plan, p.epilogue, enable_grad=p.enable_grad)
     if p.inner_leaves:
         runtime = WithInnerLeaves(runtime, p.inner_leaves)
     if p.made_to_require_grad:
         runtime = MakingInputsRequireGrad(runtime, p.made_to_require_grad)
     return runtime
+
+
+def _own_counter_results(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModule | None, num_outputs: int,
+                         epilogue) -> dict:
+    """Forward results eager holds through `.data` (the tracer's meta["own_version_counter"],
+    kept by functionalization and partitioning on the nodes replaying it): flagged outputs,
+    and saved values flagged or read by the backward through flagged nodes only (partition's
+    `read_through_data`); and the
+    saved ones among them that are a written input's new value (or `.data` of it), which
+    eager reads from the input's memory."""
+    outs = next(iter(fw_gm.graph.find_nodes(op="output"))).args[0]
+    saved_reads = [n for n in bw_gm.graph.find_nodes(op="placeholder")
+                   if not n.target.startswith("tangents")] if bw_gm is not None else []
+
+    def own(r: int, node) -> bool:
+        if not isinstance(node, torch.fx.Node):
+            return False
+        if node.meta.get("own_version_counter"):
+            return True
+        s = r - num_outputs
+        return 0 <= s < len(saved_reads) and bool(saved_reads[s].meta.get("read_through_data"))
+
+    flagged = tuple(r for r, node in enumerate(outs) if own(r, node))
+    reshaped = {m.input_index for m in epilogue.metadata}
+    written_into = {outs[w.slot]: w.input_index for w in epilogue.write_backs
+                    if not w.after_metadata and w.input_index not in reshaped and w.slot < num_outputs}
+
+    def new_value_of(node: torch.fx.Node) -> int | None:
+        if node.target is torch.ops.aten.detach.default:
+            node = node.args[0]
+        return written_into.get(node)
+
+    from_inputs = tuple((r, new_value_of(outs[r])) for r in flagged
+                        if r >= num_outputs and new_value_of(outs[r]) is not None)
+    return dict(own_counter_results=flagged, saved_from_inputs=from_inputs)
 
 
 def _saved_outputs(fw_gm: torch.fx.GraphModule, num_outputs: int) -> tuple[int, ...]:

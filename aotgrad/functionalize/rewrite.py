@@ -48,6 +48,9 @@ class ViewStep:
     args: tuple
     kwargs: tuple = ()
     index: int | None = None  # which output of a multi-output view (split, unbind)
+    # a `.data` (the tracer's meta["own_version_counter"]): the alias it makes, and views of
+    # it, have a version counter of their own in eager; the nodes replaying it are tagged too
+    own_counter: bool = False
 
 
 class _Root:
@@ -148,6 +151,8 @@ class _Functionalizer:
         node = self.emit(step.op, (parent, *args), dict(step.kwargs))
         if step.index is not None:
             node = self.emit(operator.getitem, (node, step.index), val=node.meta["val"][step.index])
+        if step.own_counter or parent.meta.get("own_version_counter"):
+            node.meta["own_version_counter"] = True
         return node
 
     def _as_strided_args(self, parent: fx.Node, root: _Root, args: tuple) -> tuple:
@@ -424,13 +429,16 @@ class _Functionalizer:
             self.refs[node] = _Ref(parent.root, (), parent.root.val)
             return
         args = tuple(pytree.tree_map(self.arg_value, tuple(node.args[1:])))  # symbolic sizes: new graph's nodes
-        step = ViewStep(node.target, args, tuple(sorted(node.kwargs.items())))
+        step = ViewStep(node.target, args, tuple(sorted(node.kwargs.items())),
+                        own_counter=bool(node.meta.get("own_version_counter")))
         self._align(parent.root, parent.chain + (step,))
         parent_value = self.value(parent)
         traced = self.traced_val(node)
         moved = self._as_strided_args(parent_value, parent.root, args) if step.op is aten.as_strided.default else args
         new = self.emit(node.target, (parent_value, *moved), dict(node.kwargs),
                         val=traced if moved is args else None)  # as_strided on a moved root: its own offset
+        if step.own_counter or any(s.own_counter for s in parent.chain):
+            new.meta["own_version_counter"] = True
         if isinstance(node.meta["val"], torch.Tensor):
             eager = traced if traced is not None else self.fake_run(
                 node.target, (parent.val, *pytree.tree_map(_val_of, tuple(node.args[1:]))), node.kwargs)
@@ -567,7 +575,7 @@ class _MultiView:
         self.root, self.chain, self.step, self.node, self.version = root, chain, step, node, version
 
     def step_for(self, index: int) -> ViewStep:
-        return ViewStep(self.step.op, self.step.args, self.step.kwargs, index)
+        return ViewStep(self.step.op, self.step.args, self.step.kwargs, index, self.step.own_counter)
 
 
 

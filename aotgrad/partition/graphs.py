@@ -173,7 +173,14 @@ def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
 def _drop_detaches(graph: fx.Graph) -> None:
     """`aten.detach` in a backward graph reads as its input: the graph runs with autograd not
     recording (the engine's no_grad, or inside `_BackwardOnce`), so a detach changes nothing
-    and costs a dispatch. One the graph returns stays (the caller gets an alias of its own)."""
+    and costs a dispatch. One the graph returns stays (the caller gets an alias of its own).
+    A saved value read only through `.data` in eager (detaches the tracer tagged
+    `own_version_counter`) keeps that on its placeholder: the runtime saves it with a version
+    counter of its own (pipeline._own_counter_results)."""
+    for node in graph.find_nodes(op="placeholder"):
+        if node.users and all(u.target is torch.ops.aten.detach.default and u.meta.get("own_version_counter")
+                              for u in node.users):
+            node.meta["read_through_data"] = True
     for node in list(graph.find_nodes(op="call_function", target=torch.ops.aten.detach.default)):
         if all(user.op != "output" for user in node.users):
             node.replace_all_uses_with(node.args[0])

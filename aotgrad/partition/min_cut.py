@@ -179,7 +179,8 @@ def cut_problem(parts: JointParts) -> CutProblem:
     needed = {n for n in nodes if n in grads or any(u in tangent_dependent and u.op != "output" for u in n.users)}
     unsafe = _unsafe_to_save(parts)
     save_bytes = {n: _INF if n in unsafe else _save_bytes(n, parts.forward_nodes) for n in nodes}
-    costs = {n: _INF if cost.never_recompute(n) else cost.recompute_cost(n) for n in nodes}
+    pinned = _read_through_data_outputs(parts)
+    costs = {n: _INF if cost.never_recompute(n) or n in pinned else cost.recompute_cost(n) for n in nodes}
     return CutProblem(parts, nodes, needed, set(parts.forward_nodes), save_bytes, costs)
 
 
@@ -213,6 +214,30 @@ def _unsafe_to_save(parts: JointParts) -> set[fx.Node]:
         if node not in eager and isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) in visible:
             unsafe.add(node)
     return unsafe
+
+
+def _read_through_data_outputs(parts: JointParts) -> set[fx.Node]:
+    """Values eager's backward reads (default_partition's saved set) whose memory the caller
+    gets as a `.data` alias (an output the tracer tagged `own_version_counter`): eager's
+    backward reads whatever the caller writes into it, unchecked; recomputed, they would not.
+    Never recomputed, so saved: the memory is alive as that output anyway.
+
+        v0 = a * w; return v0.cos(), v0.data    (mul is saved, not recomputed from a and w)
+    """
+    from aotgrad.partition.default import saved_values
+    visible = {StorageWeakRef(n.meta["val"].untyped_storage()) for n in parts.fw_outputs
+               if isinstance(n, fx.Node) and n.meta.get("own_version_counter")
+               and isinstance(n.meta.get("val"), torch.Tensor)}
+    if not visible:
+        return set()
+    pinned = set()
+    for node in saved_values(parts, parts.forward_nodes):
+        while cost.is_view(node) and node.args and isinstance(node.args[0], fx.Node):
+            node = node.args[0]  # a view is saved as its base
+        val = node.meta.get("val")
+        if node.op != "placeholder" and isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) in visible:
+            pinned.add(node)
+    return pinned
 
 
 def _save_bytes(node: fx.Node, forward_nodes: set) -> float:

@@ -43,6 +43,11 @@ class RuntimePlan:
     backward_compiler: Callable | None = None
     saved_outputs: tuple[int, ...] = ()  # saved tensors the forward also returns as outputs
     repeated_outputs: tuple[int, ...] = ()  # forward outputs the graph returns an earlier one's value for
+    # forward results (outputs, then saved) eager holds through `.data`: a version counter of
+    # their own (see _own_counters); and saved ones that are a written input's new value read
+    # through `.data` in eager: (result index, input index), saved as that input's memory
+    own_counter_results: tuple[int, ...] = ()
+    saved_from_inputs: tuple[tuple[int, int], ...] = ()
     _partial: dict = field(default_factory=dict)
 
     def backward_without(self, absent: tuple[int, ...]) -> BackwardVariant | None:
@@ -192,6 +197,30 @@ def _apart(outs: tuple, differentiable: Sequence[bool], repeated: Sequence[int] 
     if repeated:
         outs = tuple(o.detach() if j in repeated and isinstance(o, torch.Tensor) else o for j, o in enumerate(outs))
     return outs
+
+
+def _own_counters(results: Sequence[Any], args: tuple, own: Sequence[int],
+                  from_inputs: Sequence[tuple[int, int]]) -> list:
+    """results, where eager holds a value through `.data` (`v = a.data`, saved by `v * w` or
+    returned): the same memory with a version counter of its own, so that a write the caller
+    makes after the call into the tensor it came from trips no version check of the
+    backward, which reads the written values unchecked, as eager's does. One result returned
+    at two flagged places (saved and returned) gets one counter: a write into the output
+    trips the saved one's check, as in eager. A saved `.data` of a written input's new value
+    is that input's own memory (eager's alias of it), when the layouts agree."""
+    results = list(results)
+    made: dict[int, torch.Tensor] = {}
+    for r in own:
+        t = results[r]
+        if isinstance(t, torch.Tensor):
+            if id(t) not in made:
+                made[id(t)] = t.data
+            results[r] = made[id(t)]
+    for r, i in from_inputs:
+        t, x = results[r], args[i]
+        if x.shape == t.shape and x.stride() == t.stride() and x.dtype == t.dtype:
+            results[r] = x.data
+    return results
 
 
 def _not_a_view(out: Any, inputs: tuple) -> Any:

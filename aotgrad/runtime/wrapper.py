@@ -98,12 +98,15 @@ def _tuple(names: Sequence[str]) -> str:
 
 def forward_code(plan) -> Callable:
     """`run_forward(ctx, args) -> outputs` for `plan` (see CompiledFunction.forward)."""
-    from aotgrad.runtime.function import _apart, _not_a_view
+    from aotgrad.runtime.function import _apart, _not_a_view, _own_counters
 
     code = Code("run_forward")
     n = plan.num_forward_outputs
     code(f"def run_forward(ctx, args):  # outputs: {n}")
     code(f"    results = {code.const(plan.forward, 'forward')}(list(args))")
+    if plan.own_counter_results or plan.saved_from_inputs:
+        code(f"    results = {code.const(_own_counters, 'own_counters')}(results, args, "
+             f"{code.const(plan.own_counter_results)}, {code.const(plan.saved_from_inputs)})")
     outs = [f"o{j}" for j in range(n)]
     for j, name in enumerate(outs):  # a view of a value made inside the graph: a plain tensor (_not_a_view)
         code(f"    {name} = results[{j}]")

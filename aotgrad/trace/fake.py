@@ -35,3 +35,13 @@ def to_fake(fake_mode: FakeTensorMode, value: Any, dynamic: bool = False) -> Any
     if isinstance(value, FakeTensor) or not isinstance(value, torch.Tensor):
         return value
     return compat.fake_from_real(fake_mode, value, static_shapes=not (dynamic and fake_mode.shape_env is not None))
+
+
+def shares_version_counter(t: torch.Tensor, base: torch.Tensor) -> bool:
+    """Does a write to `base` bump `t`'s version (a view, `detach()`), or has `t` a counter of
+    its own (`.data`)? Tried on the fake values: bump `base`'s version, then restore it."""
+    before = t._version
+    torch.autograd.graph.increment_version(base)
+    shared = t._version != before
+    torch._C._autograd._unsafe_set_version_counter((base,), (base._version - 1,))
+    return shared

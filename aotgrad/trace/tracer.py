@@ -41,6 +41,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from aotgrad import compat
 from aotgrad.errors import UnsupportedError
+from aotgrad.trace.fake import shares_version_counter
 from aotgrad.trace.grad_mode_ops import recorded_op
 from aotgrad.trace.symbolic import SYMBOLIC_TYPES, SymbolicValues
 
@@ -129,6 +130,9 @@ class GraphRecorder(TorchDispatchMode):
         self._unresolved: list[tuple[fx.Node, list[torch.Tensor]]] = []
         self._first_seq_nr: int | None = None  # autograd nodes older than the trace are not ours
         self._decomposing = 0  # inside a decomposition, the decomposed op's autograd work is not done
+        # forward `detach` nodes with their output and input: `.data` reaches dispatch as a
+        # detach too, and gets a version counter of its own only after it (see _tag_own_counters)
+        self._detaches: list[tuple[fx.Node, torch.Tensor, torch.Tensor]] = []
         self._isolation: list[contextlib.ExitStack] = []
 
     # -- entering and leaving -------------------------------------------------
@@ -153,6 +157,7 @@ class GraphRecorder(TorchDispatchMode):
         try:
             if len(self._isolation) == 1:
                 self._resolve_autograd_nodes()
+                self._tag_own_counters()
         finally:  # leave the dispatch stack even if that fails: a mode left pushed breaks every later call
             try:
                 super().__exit__(exc_type, exc_value, traceback)
@@ -284,12 +289,23 @@ class GraphRecorder(TorchDispatchMode):
         node.meta["val"] = out
         self._annotate(node, func)
         self._bind_outputs(node, out)
+        if func is aten.detach.default and not self.in_backward and isinstance(args[0], torch.Tensor):
+            self._detaches.append((node, out, args[0]))
         if not self.in_backward:
             tensors = _tensors_to_inspect(func, args, kwargs, out)
             if not torch.is_grad_enabled():  # see _resolve_autograd_nodes: views written under no_grad
                 tensors = [t for t in tensors if not t._is_view()]
             self._unresolved.append((node, tensors))
         return out
+
+    def _tag_own_counters(self) -> None:
+        """Tag the detach nodes that were `.data` (`meta["own_version_counter"]`): eager's alias
+        has a version counter of its own, so writes through it, or into its base, are not
+        checked by the backward of the other (the runtime gives the compiled values the same)."""
+        detaches, self._detaches = self._detaches, []
+        for node, out, source in detaches:
+            if not shares_version_counter(out, source):
+                node.meta["own_version_counter"] = True
 
     def _mark_stale_views(self, base: torch.Tensor) -> None:
         """An in-place metadata op on `base`: autograd rebuilds the history of a view of it taken

@@ -1,4 +1,4 @@
-"""Fuzz regression (open): `v0 = a.data; b.index_fill_(0, [0], -1.5); v1 = v0 * a;
+"""Fuzz regression (fixed): `v0 = a.data; b.index_fill_(0, [0], -1.5); v1 = v0 * a;
 return (a, v1)` with `b` the same tensor as `a`: after the caller writes into the returned `a`,
 the gradient of `v1` differs from eager's.
 
@@ -8,21 +8,15 @@ memory with a version counter of its own (`.data`), so it reads whatever the cal
 saves copies of values that alias a written input: fuzz finding 33, to keep the write-back's
 version bump from failing the backward), so it reads the value at the call. Only a write
 between the call and the backward shows it.
-Fix idea: save an alias with a fresh version counter instead of a copy where the value eager
-saves is a `.data` alias.
+Fixed (session 15): the tracer tags each `detach` that was a `.data` (its output has a version
+counter of its own, `meta["own_version_counter"]`); functionalization and the partitioner keep
+the tag; a saved value eager holds through `.data` is saved with a counter of its own, and as
+the input's own memory where it is a written input's new value (pipeline._own_counter_results,
+runtime.function._own_counters). tests/runtime/test_data_aliases.py has the family.
 """
-import pytest
 import torch
 
-from tests.fuzz.known import KnownBug
 from tests.fuzz.oracle import check_program
-
-KNOWN = KnownBug(
-    reason="a `.data` alias saved for backward reads the caller's later writes in eager; aotgrad saves a copy",
-    categories=("grads",),
-    message=r"after writing into the outputs",
-    source=r"\.data\b")
-
 
 def f(a, b):
     v0 = a.data
@@ -39,6 +33,5 @@ def make_inputs():
     return [a, b], [l0]
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN.reason)
 def test_data_alias_saved_for_backward_sees_writes_after_the_call():
     check_program(f, make_inputs)
