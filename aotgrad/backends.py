@@ -9,6 +9,8 @@ compile learned (the layout of each saved value) until the backward is compiled.
 from __future__ import annotations
 
 import contextlib
+import functools
+import typing
 from typing import Any, Callable, Sequence
 
 import torch
@@ -18,6 +20,7 @@ from aotgrad import config
 from aotgrad.analysis import known_equal
 from aotgrad.api import aot_module_simplified, nop
 from aotgrad.distributed.ddp import compile_in_ddp
+from aotgrad.errors import UnknownOptionError
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
 
 
@@ -108,11 +111,13 @@ def _hint(n) -> int | None:
     return n.node.hint if isinstance(n, torch.SymInt) else n
 
 
-def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool) -> Callable:
+def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patches: dict | None = None) -> Callable:
+    from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
-    _use_inductor_random(gm, example_inputs)
-    compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward)
+    with inductor_config.patch(patches or {}):
+        _use_inductor_random(gm, example_inputs)
+        compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward)
 
     def run(args: list):  # Inductor's compiled graphs take one list, which they clear
         return compiled(args)
@@ -160,9 +165,10 @@ class InductorCompilers:
         backward: placeholder relu  "f32[2,16,8,8]" restrided (1024,64,8,1) -> (1024,1,128,16)
     """
 
-    def __init__(self):
+    def __init__(self, patches: dict | None = None):
         # id(val) -> (val, real stride), from the last forward until its backward is compiled
         self.saved_strides: dict[int, tuple[torch.Tensor, tuple]] = {}
+        self.patches = patches or {}  # Inductor's config for every graph (torch.compile's mode=, options=)
 
     def forward(self, gm: fx.GraphModule, example_inputs):
         outputs = _output_nodes(gm)
@@ -170,7 +176,7 @@ class InductorCompilers:
         _keep_output_strides(gm, num_user)
         saved_vals = [node.meta.get("val") if isinstance(node, fx.Node) else None for node in outputs[num_user:]]
         with _reported_output_strides(example_inputs) as strides:
-            compiled = _compile(gm, list(example_inputs), is_backward=False)
+            compiled = _compile(gm, list(example_inputs), is_backward=False, patches=self.patches)
         if len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
                 if isinstance(val, torch.Tensor) and stride is not None:
@@ -192,23 +198,54 @@ class InductorCompilers:
                     inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
         for key in used:
             self.saved_strides.pop(key, None)
-        return _compile(gm, inputs, is_backward=True)
+        return _compile(gm, inputs, is_backward=True, patches=self.patches)
 
     def inference(self, gm: fx.GraphModule, example_inputs):
         _keep_output_strides(gm, len(_output_nodes(gm)))
-        return _compile(gm, list(example_inputs), is_backward=False)
+        return _compile(gm, list(example_inputs), is_backward=False, patches=self.patches)
 
 
-def aotgrad_inductor_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]):
+def inductor_patches(mode: str | None, options: dict | None) -> dict:
+    """Inductor's config for torch.compile's `mode=` and `options=`, as `backend="inductor"`
+    reads them: a mode's options (`torch._inductor.list_mode_options`), then the options,
+    each checked against Inductor's config (name, then type)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor import list_mode_options
+
+    patches: dict = {}
+    if mode and mode != "default":
+        patches.update(list_mode_options(mode))
+    current = inductor_config.get_config_copy()
+    for key, value in (options or {}).items():
+        name = key.replace("-", "_")
+        if name not in current:
+            raise UnknownOptionError(
+                f"aotgrad_inductor: unknown Inductor option {key!r} in torch.compile(options=...). "
+                "The options are Inductor's config names (torch._inductor.list_options()), e.g. "
+                "'max_autotune', 'epilogue_fusion', 'triton.cudagraphs'.")
+        expected = inductor_config.get_type(name)
+        if typing.get_origin(expected) is None and isinstance(expected, type) and not isinstance(value, expected):
+            raise UnknownOptionError(
+                f"aotgrad_inductor: Inductor option {key!r} takes a {type(current[name]).__name__}, "
+                f"got {type(value).__name__} ({value!r}).")
+        patches[name] = value
+    return patches
+
+
+def aotgrad_inductor_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None = None,
+                             options: dict | None = None):
     """Forward and backward traced by aotgrad, each compiled by Inductor's graph compiler;
-    inside a DDP module's forward, one piece per DDP bucket."""
-    return compile_in_ddp(gm, example_inputs, _aotgrad_inductor_whole)
+    inside a DDP module's forward, one piece per DDP bucket. `mode` and `options` are
+    torch.compile's, read as `backend="inductor"` reads them (inductor_patches)."""
+    patches = inductor_patches(mode, options)
+    return compile_in_ddp(gm, example_inputs, functools.partial(_aotgrad_inductor_whole, patches=patches))
 
 
-def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any], inputs_guarded: bool = False):
+def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any], inputs_guarded: bool = False,
+                            patches: dict | None = None):
     from torch._inductor.decomposition import select_decomp_table
 
-    compilers = InductorCompilers()
+    compilers = InductorCompilers(patches)
     return aot_module_simplified(gm, example_inputs, fw_compiler=compilers.forward,
                                  bw_compiler=compilers.backward, inference_compiler=compilers.inference,
                                  partition_fn=_partitioner("min_cut"), decompositions=select_decomp_table(),

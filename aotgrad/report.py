@@ -204,7 +204,8 @@ def _user_traceback(e: BaseException) -> str:
 @contextlib.contextmanager
 def substitute(choice: str, substitutions: Counter) -> Iterator[None]:
     """torch.compile with aotgrad's backends for the block (`--backend`); restored after.
-    A substituted backend drops `mode` and `options` (Inductor's; aotgrad's take none)."""
+    `mode` and `options` (Inductor's) go to `aotgrad_inductor`, which reads them as Inductor
+    does; a call substituted by `aotgrad`, which takes none, drops them."""
     if choice == "keep":
         yield
         return
@@ -215,7 +216,8 @@ def substitute(choice: str, substitutions: Counter) -> Iterator[None]:
         asked = kwargs.get("backend", "inductor")
         given = _substitute(asked, choice)
         if given != asked:
-            dropped = tuple(k for k in ("mode", "options") if kwargs.pop(k, None) is not None)
+            dropped = () if given == "aotgrad_inductor" else tuple(
+                k for k in ("mode", "options") if kwargs.pop(k, None) is not None)
             kwargs["backend"] = given
             substitutions[(asked, given, dropped)] += 1
         return original(model, **kwargs)

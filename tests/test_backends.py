@@ -230,3 +230,84 @@ def test_first_calls_of_a_compiled_model_from_eight_threads_at_once_match_eager(
         expected_out, expected_grads = step(model, x)
         torch.testing.assert_close(out, expected_out)
         torch.testing.assert_close(grads, expected_grads)
+
+
+# -- torch.compile's mode= and options= (read as backend="inductor" reads them) -------------
+
+def _inductor_config_seen(monkeypatch, **compile_kwargs) -> list[dict]:
+    """Train a small MLP one step under aotgrad_inductor with torch.compile's kwargs; the
+    Inductor config each graph compile (forward, backward) ran under."""
+    import torch._inductor.compile_fx as compile_fx
+    from torch._inductor import config as inductor_config
+
+    seen = []
+    original = compile_fx.compile_fx_inner
+
+    def recording(gm, example_inputs, **kwargs):
+        seen.append({k: inductor_config.get_config_copy()[k]
+                     for k in ("max_autotune", "triton.cudagraphs", "epilogue_fusion", "coordinate_descent_tuning")})
+        return original(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", recording)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 8)
+    torch.compile(model, backend="aotgrad_inductor", **compile_kwargs)(x).sum().backward()
+    eager(x).sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"])
+def test_aotgrad_inductor_takes_torch_compiles_mode(monkeypatch, mode):
+    from torch._inductor import list_mode_options
+
+    expected = list_mode_options(mode)
+    seen = _inductor_config_seen(monkeypatch, mode=mode)
+    assert len(seen) == 2  # forward and backward, both under the mode's options
+    for config_seen in seen:
+        for key, value in expected.items():
+            if key in config_seen:
+                assert config_seen[key] == value, (key, config_seen)
+
+
+def test_aotgrad_inductor_takes_torch_compiles_options(monkeypatch):
+    seen = _inductor_config_seen(monkeypatch, options={"epilogue_fusion": False, "max_autotune": True})
+    assert len(seen) == 2
+    assert all(s["epilogue_fusion"] is False and s["max_autotune"] is True for s in seen)
+    # and nothing is left patched after the compile
+    from torch._inductor import config as inductor_config
+    assert inductor_config.epilogue_fusion is True and inductor_config.max_autotune is False
+
+
+def test_aotgrad_inductor_options_reach_the_graphs_fallback_random_draws_eagers_numbers():
+    """An option with an effect on the numbers: with `fallback_random` Inductor calls eager's
+    random ops, so `rand_like` draws eager's numbers for one seed; without it, its own."""
+    def f(x):
+        return x * (torch.rand_like(x) > 0.5)
+
+    x = torch.randn(8, 16, requires_grad=True)
+    torch.manual_seed(1)
+    expected = f(x)
+    results = {}
+    for fallback in (True, False):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="aotgrad_inductor", options={"fallback_random": fallback})
+        torch.manual_seed(1)
+        results[fallback] = compiled(x)
+    torch.testing.assert_close(results[True], expected)
+    assert not torch.equal(results[False], expected)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_autotunee": True}, "unknown Inductor option 'max_autotunee'"),
+    ({"max_autotune": "yes"}, "'max_autotune' takes a bool, got str"),
+])
+def test_aotgrad_inductor_rejects_a_wrong_option_clearly(options, message):
+    torch._dynamo.reset()
+    compiled = torch.compile(nn.Linear(4, 4), backend="aotgrad_inductor", options=options)
+    with pytest.raises(Exception, match=message):
+        compiled(torch.randn(2, 4))

@@ -112,10 +112,14 @@ def test_compile_backends_become_aotgrads_only_for_the_run():
         torch.compile(lambda x: x + 1)                                  # no backend: Inductor
         torch.compile(lambda x: x + 1, backend="aot_eager")
         torch.compile(lambda x: x + 1, backend="eager")                 # kept
-        torch.compile(lambda x: x + 1, backend="inductor", mode="max-autotune")
+        torch.compile(lambda x: x + 1, backend="inductor", mode="max-autotune")  # aotgrad_inductor takes it
     assert torch.compile is original
-    assert calls == {("inductor", "aotgrad_inductor", ()): 1, ("aot_eager", "aotgrad", ()): 1,
-                     ("inductor", "aotgrad_inductor", ("mode",)): 1}
+    assert calls == {("inductor", "aotgrad_inductor", ()): 2, ("aot_eager", "aotgrad", ()): 1}
+    dropped = Counter()
+    with report.substitute("aotgrad", dropped):
+        torch.compile(lambda x: x + 1, backend="inductor", mode="max-autotune", options=None)
+        torch.compile(lambda x: x + 1, backend="inductor", options={"max_autotune": True})
+    assert dropped == {("inductor", "aotgrad", ("mode",)): 1, ("inductor", "aotgrad", ("options",)): 1}
 
 
 # -- the page as HTML -------------------------------------------------------------------
