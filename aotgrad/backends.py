@@ -111,13 +111,17 @@ def _hint(n) -> int | None:
     return n.node.hint if isinstance(n, torch.SymInt) else n
 
 
-def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patches: dict | None = None) -> Callable:
+def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patches: dict | None = None,
+             device_index=None) -> Callable:
+    """`device_index`: Inductor's BoxedDeviceIndex shared by one forward and its backward
+    (CUDA graphs, `mode="reduce-overhead"`: the backward joins the forward's graph tree)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
     with inductor_config.patch(patches or {}):
         _use_inductor_random(gm, example_inputs)
-        compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward)
+        compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward,
+                                    boxed_forward_device_index=device_index)
 
     def run(args: list):  # Inductor's compiled graphs take one list, which they clear
         return compiled(args)
@@ -169,6 +173,8 @@ class InductorCompilers:
         # id(val) -> (val, real stride), from the last forward until its backward is compiled
         self.saved_strides: dict[int, tuple[torch.Tensor, tuple]] = {}
         self.patches = patches or {}  # Inductor's config for every graph (torch.compile's mode=, options=)
+        from torch._inductor.cudagraph_utils import BoxedDeviceIndex
+        self.device_index = BoxedDeviceIndex(None)  # the forward's CUDA device, for CUDA graphs
 
     def forward(self, gm: fx.GraphModule, example_inputs):
         outputs = _output_nodes(gm)
@@ -176,7 +182,8 @@ class InductorCompilers:
         _keep_output_strides(gm, num_user)
         saved_vals = [node.meta.get("val") if isinstance(node, fx.Node) else None for node in outputs[num_user:]]
         with _reported_output_strides(example_inputs) as strides:
-            compiled = _compile(gm, list(example_inputs), is_backward=False, patches=self.patches)
+            compiled = _compile(gm, list(example_inputs), is_backward=False, patches=self.patches,
+                                device_index=self.device_index)
         if len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
                 if isinstance(val, torch.Tensor) and stride is not None:
@@ -198,11 +205,12 @@ class InductorCompilers:
                     inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
         for key in used:
             self.saved_strides.pop(key, None)
-        return _compile(gm, inputs, is_backward=True, patches=self.patches)
+        return _compile(gm, inputs, is_backward=True, patches=self.patches, device_index=self.device_index)
 
     def inference(self, gm: fx.GraphModule, example_inputs):
         _keep_output_strides(gm, len(_output_nodes(gm)))
-        return _compile(gm, list(example_inputs), is_backward=False, patches=self.patches)
+        return _compile(gm, list(example_inputs), is_backward=False, patches=self.patches,
+                                device_index=self.device_index)
 
 
 def inductor_patches(mode: str | None, options: dict | None) -> dict:

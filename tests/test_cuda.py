@@ -98,13 +98,14 @@ def _gpt_inputs():
 
 
 def _train_and_compare(model: nn.Module, make_inputs, backend: str, *, tol: float, steps: int = 2,
-                       autocast: bool = False) -> None:
+                       autocast: bool = False, **compile_kwargs) -> None:
     """`steps` forward+backward steps eager and through torch.compile(backend), grads
     accumulating (the second step runs the cached graphs); compares every step's output and
-    then every parameter's grad. `autocast`: forwards run under autocast to bfloat16."""
+    then every parameter's grad. `autocast`: forwards run under autocast to bfloat16.
+    `compile_kwargs`: torch.compile's `mode=` or `options=`."""
     eager = model.to(DEVICE)
     twin = copy.deepcopy(eager)
-    compiled = torch.compile(twin, backend=backend, fullgraph=True)
+    compiled = torch.compile(twin, backend=backend, fullgraph=True, **compile_kwargs)
     region = (lambda: torch.autocast(DEVICE, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     for step in range(steps):
         inputs = make_inputs()
@@ -176,6 +177,16 @@ def test_mlp_through_torch_compile(backend):
 def test_gpt_through_torch_compile(backend):
     torch.manual_seed(0)
     _train_and_compare(GPT(), _gpt_inputs, backend, tol=1e-3)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune-no-cudagraphs"])
+def test_aotgrad_inductor_with_torch_compiles_mode(mode):
+    """`mode=` as with backend="inductor": CUDA graphs (reduce-overhead: three steps, the
+    first ones record), autotuned kernels; the same outputs and grads as eager."""
+    torch.manual_seed(0)
+    model, inputs = (GPT(), _gpt_inputs) if mode == "reduce-overhead" else \
+        (MLP(), lambda: (torch.randn(32, 64, device=DEVICE),))
+    _train_and_compare(model, inputs, "aotgrad_inductor", tol=1e-3, steps=3, mode=mode)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
