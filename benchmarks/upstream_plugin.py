@@ -14,6 +14,7 @@ Before collection it installs the shims a 2023 test file needs on today's torch 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -38,7 +39,10 @@ def _install_shims() -> None:
     for name in ("use_fake_tensor", "use_functionalize", "use_dynamic_shapes"):
         if name not in functorch_config._config:
             # an option nobody reads, so the old tests' `config.patch(name=...)` works
-            functorch_config._config[name] = _ConfigEntry(_Config(default=False), name)
+            # (torch 2.13's _ConfigEntry takes the option's name too; 2.11's only the config)
+            takes_name = "name" in inspect.signature(_ConfigEntry.__init__).parameters
+            entry = _ConfigEntry(_Config(default=False), name) if takes_name else _ConfigEntry(_Config(default=False))
+            functorch_config._config[name] = entry
 
 
 def _compiler():

@@ -6,6 +6,7 @@ backends behave as under real DDP without processes or collectives; the multi-pr
 (test_ddp_gloo.py) check the real thing. Every case compares outputs and gradients with eager."""
 import copy
 import logging
+import threading
 from collections import Counter
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 import torch.nn as nn
 
 import aotgrad
+from aotgrad import compiled_autograd
 from aotgrad.distributed import DDPOptimizer, ddp as ddp_module, explain
 from tests.distributed.models import (LINEAR_BYTES, CallMethodForward, Checkpointed, Contexts, FakeDDP,
                                       GradModeRegions, Layers, MiB)
@@ -253,3 +255,60 @@ def test_explain_names_buckets_and_split_reasons():
 def test_explain_rejects_a_model_that_is_not_ddp():
     with pytest.raises(TypeError, match="DistributedDataParallel"):
         explain(Layers(1), torch.randn(2, 512))
+
+
+def test_compiled_backwards_overlapping_on_two_threads():
+    """Two threads' compiled backwards (`torch.compile(gm, fullgraph=True, dynamic=True)`, as
+    tests/compiled_autograd's eight-thread test compiles them), overlapping: A's call starts,
+    B's starts, A's returns, B's returns. On torch 2.11 each call's process-wide changes are put
+    back by the thread that returns last to what it found, A's: Dynamo's eval-frame override is
+    left at SKIP (fullgraph: no frame that compiled code calls is compiled any more, so no graph
+    after FakeDDP's graph break, no split) and torch._dynamo.config.assume_static_by_default at
+    False (dynamic: every later compile dynamic). tests/conftest.py puts both back after every
+    test; the next test checks."""
+    inside = {name: threading.Event() for name in ("overlap-A", "overlap-B")}
+    go = {name: threading.Event() for name in inside}
+
+    def blocking_backend(gm, example_inputs):
+        def run(*args):  # runs inside the compiled call, outside Dynamo's compile lock
+            name = threading.current_thread().name
+            if name in inside:
+                inside[name].set()
+                assert go[name].wait(60)
+            return gm(*args)
+        return run
+
+    def compiler(gm):
+        return torch.compile(gm, backend=blocking_backend, fullgraph=True, dynamic=True)
+
+    x = torch.randn(4, requires_grad=True)
+
+    def backward():
+        with compiled_autograd.enable(compiler):
+            (x * 2).sum().backward()
+
+    compiled_autograd.reset()
+    torch._dynamo.reset()
+    try:
+        backward()  # captured and compiled here: the threads' backwards hit the cache
+        threads = {name: threading.Thread(target=backward, name=name) for name in inside}
+        for name, thread in threads.items():  # A inside its call, then B inside its own
+            thread.start()
+            assert inside[name].wait(60)
+        for name, thread in threads.items():  # A returns first, then B
+            go[name].set()
+            thread.join(60)
+    finally:
+        for event in go.values():
+            event.set()
+        compiled_autograd.reset()
+        torch._dynamo.reset()
+    assert torch.equal(x.grad, torch.full((4,), 6.0))
+
+
+def test_a_split_after_compiled_backwards_overlapping_on_two_threads():
+    """Right after the test above (in this order): compiles are static by default still, and
+    Dynamo still compiles the code after FakeDDP's graph break, which aotgrad splits."""
+    assert torch._dynamo.config.assume_static_by_default
+    splits = run_against_eager(lambda: Layers(3), torch.randn(8, 512), bucket_cap_mb=1.5)
+    assert [len(b.params) for b in splits[0].buckets] == [2, 4]
