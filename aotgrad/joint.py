@@ -300,6 +300,26 @@ class _TracedBackward:
     gradless_inputs: list[int] = field(default_factory=list)
 
 
+def _autocast_off() -> contextlib.ExitStack:
+    """Autocast off for the backward's trace, on every device where the caller has it on: a
+    function compiled under `torch.autocast` has its forward traced with autocast's casts, and
+    its backward as eager's runs when `.backward()` is called after the autocast region, as
+    PyTorch recommends (the ops of autograd's formulas in the dtypes the forward left; a
+    checkpointed region's recompute still enters the autocast it saved). PyTorch's AOTAutograd
+    traces it under the forward's autocast by default (`backward_pass_autocast`), which differs
+    from that eager backward by bf16 roundings. A backward called inside the autocast region
+    differs the other way (docs/limitations.md)."""
+    stack = contextlib.ExitStack()
+    for device in ("cpu", "cuda", "xpu", "mps", "hpu"):
+        try:
+            enabled = torch.is_autocast_enabled(device)
+        except (RuntimeError, TypeError):  # a device type this build does not know
+            continue
+        if enabled:
+            stack.enter_context(torch.autocast(device_type=device, enabled=False))
+    return stack
+
+
 def _trace_backward(recorder: GraphRecorder, analysis: ForwardAnalysis, forward_outputs: Sequence[torch.Tensor],
                     targets: dict[int, torch.Tensor], fn_name: str) -> _TracedBackward:
     """Tangent placeholders for the differentiable forward outputs, then autograd's backward
@@ -332,7 +352,7 @@ def _trace_backward(recorder: GraphRecorder, analysis: ForwardAnalysis, forward_
     if differentiable and leaves:
         recorder.in_backward = True
         try:
-            with fake_mode, recorder:
+            with fake_mode, recorder, _autocast_off():
                 grads = torch.autograd.grad(
                     [forward_outputs[j] for j in differentiable], leaves, tangents, allow_unused=True)
         except Exception as e:

@@ -9,6 +9,7 @@ straight to `instantiate`. `compile_flat` is both, timed phase by phase (phases.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -24,6 +25,7 @@ from aotgrad.functionalize import functionalize
 from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
 from aotgrad.partition.graphs import copy_saved_aliases
+from aotgrad.runtime.boxed import without_autocast
 from aotgrad.partition.inspection import report as partition_report
 from aotgrad.phases import Phases
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
@@ -220,11 +222,11 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     if p.backward is None:
         compiler = options.inference_compiler or options.fw_compiler
         with phases("compile"):
-            forward = compiler(p.forward, _placeholder_vals(p.forward))
+            forward = without_autocast(compiler(p.forward, _placeholder_vals(p.forward)))
         return InferenceRuntime(forward, p.epilogue, p.dead_ends)
-    bw_compiler = options.bw_compiler or options.fw_compiler
+    bw_compiler = _without_autocast_compiler(options.bw_compiler or options.fw_compiler)
     with phases("compile"):
-        forward = options.fw_compiler(p.forward, _placeholder_vals(p.forward))
+        forward = without_autocast(options.fw_compiler(p.forward, _placeholder_vals(p.forward)))
         backward = bw_compiler(p.backward, _placeholder_vals(p.backward))
     plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
@@ -238,6 +240,15 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     if p.made_to_require_grad:
         runtime = MakingInputsRequireGrad(runtime, p.made_to_require_grad)
     return runtime
+
+
+def _without_autocast_compiler(compiler: Callable) -> Callable:
+    """`compiler`, whose compiled graphs run with autocast off (boxed.without_autocast); the
+    backward variants for missing tangents are compiled with it later."""
+    @functools.wraps(compiler)
+    def compile_graph(gm, example_inputs):
+        return without_autocast(compiler(gm, example_inputs))
+    return compile_graph
 
 
 def _own_counter_results(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModule | None, num_outputs: int,

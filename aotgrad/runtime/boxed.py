@@ -45,6 +45,25 @@ def as_boxed(fn: Callable) -> Callable:
     return boxed
 
 
+def without_autocast(fn: Callable) -> Callable:
+    """`fn`, boxed, run with autocast off where the caller has it on. A traced graph records
+    the ops autocast chose, casts included (`_to_copy` to bf16 before a matmul); run under
+    the caller's autocast, autocast would cast again, at the top of each op the graph calls
+    (an op the trace ran in float32 inside a composite, `baddbmm` in SDPA's math, would run
+    in bf16, and a later op reading it fails or rounds otherwise). PyTorch's AOTAutograd runs
+    its compiled graphs the same way."""
+    fn = as_boxed(fn)
+
+    def run(args: list):
+        if torch._C._is_any_autocast_enabled():
+            with torch._C._DisableAutocast():
+                return fn(args)
+        return fn(args)
+    run._boxed_call = True
+    run.__wrapped__ = fn  # the compiled graph itself
+    return run
+
+
 def boxed_graph(gm: fx.GraphModule) -> Callable:
     """`gm`'s generated code, taking one list that it clears (the same code otherwise).
 
