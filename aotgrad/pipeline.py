@@ -256,9 +256,8 @@ def _own_counter_results(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModul
     """Forward results eager holds through `.data` (the tracer's meta["own_version_counter"],
     kept by functionalization and partitioning on the nodes replaying it): flagged outputs,
     and saved values flagged or read by the backward through flagged nodes only (partition's
-    `read_through_data`); and the
-    saved ones among them that are a written input's new value (or `.data` of it), which
-    eager reads from the input's memory."""
+    `read_through_data`); and the saved ones among them that are a written input's new value
+    (or `.data` of it), which eager reads from the input's memory."""
     outs = next(iter(fw_gm.graph.find_nodes(op="output"))).args[0]
     saved_reads = [n for n in bw_gm.graph.find_nodes(op="placeholder")
                    if not n.target.startswith("tangents")] if bw_gm is not None else []
@@ -281,8 +280,8 @@ def _own_counter_results(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModul
             node = node.args[0]
         return written_into.get(node)
 
-    from_inputs = tuple((r, new_value_of(outs[r])) for r in flagged
-                        if r >= num_outputs and new_value_of(outs[r]) is not None)
+    from_inputs = tuple((r, i) for r in flagged if r >= num_outputs
+                        for i in [new_value_of(outs[r])] if i is not None)
     return dict(own_counter_results=flagged, saved_from_inputs=from_inputs)
 
 

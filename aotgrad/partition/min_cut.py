@@ -231,9 +231,7 @@ def _read_through_data_outputs(parts: JointParts) -> set[fx.Node]:
     if not visible:
         return set()
     pinned = set()
-    for node in saved_values(parts, parts.forward_nodes):
-        while cost.is_view(node) and node.args and isinstance(node.args[0], fx.Node):
-            node = node.args[0]  # a view is saved as its base
+    for node in map(cost.storage_root, saved_values(parts, parts.forward_nodes)):  # a view is saved as its base
         val = node.meta.get("val")
         if node.op != "placeholder" and isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) in visible:
             pinned.add(node)
