@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # aotgrad on a GPU machine, in at most ~8 minutes: the CUDA tests (tests/test_cuda.py, marker
-# `gpu`) and the demo, nothing else (benchmark runs are added below by whoever needs them).
+# `gpu`) and the demo by default; the GPU measurements by name.
 #
-#   bash benchmarks/gpu_check.sh          # from the repository root; PYTHON=... picks the interpreter
-#   bash benchmarks/gpu_check.sh --bench  # also the GPU benchmarks (compiled autograd, DDP ranks, steps, zoo)
-#   bash benchmarks/gpu_check.sh --zoo    # the CUDA tests, the demo and the model zoo step (zoo_cuda)
+#   bash benchmarks/gpu_check.sh                        # tests demo (from the repository root)
+#   bash benchmarks/gpu_check.sh tests demo zoo ca ddp  # the steps named, in this order
+#   bash benchmarks/gpu_check.sh --bench                # every step: tests demo ca ddp steps zoo
+#   bash benchmarks/gpu_check.sh --zoo                  # tests demo zoo
+#
+# Steps: tests (the CUDA tests), demo, ca (compiled autograd with Inductor against eager's
+# backward), ddp (2 and 4 gloo ranks on the CPU cores), steps (inductor against
+# aotgrad_inductor, small models), zoo (four zoo models in bf16, inductor against
+# aotgrad_inductor). PYTHON=... picks the interpreter.
 #
 # Written for the measured machines (torch 2.11 + CUDA, no network, nothing to install): aotgrad
 # is imported from this checkout through PYTHONPATH. Each step's output goes to the terminal and
@@ -31,6 +37,18 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep its output
     [ "$status" -eq 0 ] || failed=1
 }
 
+case "${1:-}" in
+    "") set -- tests demo ;;
+    --bench) set -- tests demo ca ddp steps zoo ;;
+    --zoo) set -- tests demo zoo ;;
+esac
+for name in "$@"; do  # every name checked before anything runs
+    case "$name" in
+    tests|demo|ca|ddp|steps|zoo) ;;
+    *) echo "unknown step '$name' (steps: tests demo ca ddp steps zoo; or --bench, --zoo)" >&2; exit 2 ;;
+    esac
+done
+
 step environment 60 "$PY" -c "
 import sys, torch, aotgrad
 print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', torch.version.cuda,
@@ -38,25 +56,25 @@ print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', 
 if torch.cuda.is_available():
     print('device', torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
 print('aotgrad from', aotgrad.__file__)"
-# -rs prints the reason of any skip (on a machine without a usable GPU every test skips).
-step test_cuda 360 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_cuda.py
-step demo 120 "$PY" -m aotgrad demo
 
-if [ "${1:-}" = "--bench" ]; then  # the measurements the GPU issues ask for (~5 minutes more)
-    # compiled autograd with Inductor against eager's backward, on the GPU (fp32, then bf16)
-    step ca_cuda 150 "$PY" benchmarks/compiled_autograd.py --device cuda --models mlp,cnn,gpt --iters 10 --rounds 3
-    # DDP splitting with gloo ranks on the CPU cores (more cores than ranks: all-reduce can overlap)
-    step ddp_2 100 "$PY" benchmarks/ddp.py --ranks 2 --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 10 --rounds 3 --timeout 95
-    step ddp_4 100 "$PY" benchmarks/ddp.py --ranks 4 --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 10 --rounds 3 --timeout 95
-    # inductor against aotgrad_inductor, training steps on the GPU
-    step step_cuda 150 "$PY" benchmarks/compile_and_step.py --device cuda --models mlp,cnn,gpt --iters 20 --rounds 2 --warmup 2 --compile-repeats 1 --markdown
-fi
-
-if [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--zoo" ]; then  # issue 23: the model zoo on the GPU (209 s on an H100)
-    # two transformers and two timm models (a model whose library is missing is a skipped row), bf16
-    step zoo_cuda 300 "$PY" benchmarks/zoo.py --device cuda --variant bf16 --backends inductor,aotgrad_inductor \
-        --models gpt2,bert,resnet18,mobilenetv2 --steps 3 --rounds 3 --iters 5 --markdown --json "$RESULTS/zoo_cuda.json"
-fi
+for name in "$@"; do
+    case "$name" in
+    tests)  # -rs prints the reason of any skip (on a machine without a usable GPU every test skips)
+        step test_cuda 360 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_cuda.py ;;
+    demo)
+        step demo 120 "$PY" -m aotgrad demo ;;
+    ca)  # compiled autograd with Inductor against eager's backward, on the GPU
+        step ca_cuda 150 "$PY" benchmarks/compiled_autograd.py --device cuda --models mlp,cnn,gpt --iters 10 --rounds 3 ;;
+    ddp)  # DDP splitting with gloo ranks on the CPU cores (more cores than ranks: all-reduce can overlap)
+        step ddp_2 100 "$PY" benchmarks/ddp.py --ranks 2 --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 10 --rounds 3 --timeout 95
+        step ddp_4 100 "$PY" benchmarks/ddp.py --ranks 4 --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 10 --rounds 3 --timeout 95 ;;
+    steps)  # inductor against aotgrad_inductor, training steps on the GPU
+        step step_cuda 150 "$PY" benchmarks/compile_and_step.py --device cuda --models mlp,cnn,gpt --iters 20 --rounds 2 --warmup 2 --compile-repeats 1 --markdown ;;
+    zoo)  # issue 23: two transformers and two timm models in bf16 (a missing library: a skipped row); 209 s on an H100
+        step zoo_cuda 300 "$PY" benchmarks/zoo.py --device cuda --variant bf16 --backends inductor,aotgrad_inductor \
+            --models gpt2,bert,resnet18,mobilenetv2 --steps 3 --rounds 3 --iters 5 --markdown --json "$RESULTS/zoo_cuda.json" ;;
+    esac
+done
 
 echo "results in $RESULTS"
 exit $failed
