@@ -9,6 +9,7 @@ straight to `instantiate`. `compile_flat` is both, timed phase by phase (phases.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -220,13 +221,14 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     record.forward, record.backward, record.epilogue = p.forward, p.backward, p.epilogue
     record.tangent_sources, record.grad_inputs = p.tangent_sources, p.grad_inputs
     if p.backward is None:
-        compiler = options.inference_compiler or options.fw_compiler
+        compiler = _without_autocast_compiler(options.inference_compiler or options.fw_compiler)
         with phases("compile"):
-            forward = without_autocast(compiler(p.forward, _placeholder_vals(p.forward)))
+            forward = compiler(p.forward, _placeholder_vals(p.forward))
         return InferenceRuntime(forward, p.epilogue, p.dead_ends)
+    fw_compiler = _without_autocast_compiler(options.fw_compiler)
     bw_compiler = _without_autocast_compiler(options.bw_compiler or options.fw_compiler)
     with phases("compile"):
-        forward = without_autocast(options.fw_compiler(p.forward, _placeholder_vals(p.forward)))
+        forward = fw_compiler(p.forward, _placeholder_vals(p.forward))
         backward = bw_compiler(p.backward, _placeholder_vals(p.backward))
     plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
@@ -243,11 +245,16 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
 
 
 def _without_autocast_compiler(compiler: Callable) -> Callable:
-    """`compiler`, whose compiled graphs run with autocast off (boxed.without_autocast); the
-    backward variants for missing tangents are compiled with it later."""
+    """`compiler`, called with autocast off, whose compiled graphs run with autocast off
+    (boxed.without_autocast); the backward variants for missing tangents are compiled with it
+    later. A graph holds autocast's casts already; a compiler that traces again under the
+    caller's autocast (Inductor's pattern replacements on CUDA: a bf16 `addmm` whose first
+    operand stayed float32) would add its own. PyTorch's AOTAutograd compiles the same way."""
     @functools.wraps(compiler)
     def compile_graph(gm, example_inputs):
-        return without_autocast(compiler(gm, example_inputs))
+        with torch._C._DisableAutocast() if torch._C._is_any_autocast_enabled() else contextlib.nullcontext():
+            compiled = compiler(gm, example_inputs)
+        return without_autocast(compiled)
     return compile_graph
 
 
