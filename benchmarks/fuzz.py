@@ -378,7 +378,9 @@ def summarize(campaign: Campaign, shrunk: dict, wall: float, args: dict, chunk_r
         "max_rss_mib": campaign.max_rss_mib,
         "counts": counts,
         "known": dict(t.known.most_common()),
-        "clear_errors": [{"error": m, "programs": n, "example": t.examples.get(("aotgrad", m))}
+        "clear_errors": [{"error": m, "programs": n, "example": t.examples.get(("aotgrad", m)),
+                          **({"pytorch": {c: t.clear_vs_pytorch[m, c] for c in ("all right", "silently wrong", "raises")},
+                              "pytorch_supports": t.pytorch_supports.get(m, [])} if backends else {})}
                          for m, n in t.clear_errors.most_common()],
         "pytorch": {b: {kind: t.pytorch[b, kind] for kind in ("right", "silent", "error")} for b in backends},
         "pytorch_errors": _pytorch_error_rows(t, backends),
@@ -460,6 +462,11 @@ def markdown(summary: dict) -> str:
     if summary["clear_errors"]:
         out += ["aotgrad clear errors:", "",
                 _table(["programs", "error"], [[e["programs"], e["error"]] for e in summary["clear_errors"]]), ""]
+        if any("pytorch" in e for e in summary["clear_errors"]):
+            columns = ["all right", "silently wrong", "raises"]
+            out += ["aotgrad's clear errors against PyTorch's AOTAutograd (programs; PyTorch's worst over its backends):", "",
+                    _table(["error", *columns], [[e["error"], *(e["pytorch"][c] for c in columns)]
+                                                 for e in summary["clear_errors"]]), ""]
     if summary["pytorch_errors"]:
         backends = list(summary["pytorch"])
         out += ["PyTorch errors where eager runs:", "",

@@ -181,6 +181,10 @@ class Tally:
     # (aotgrad's status, PyTorch's: "all right" | "silently wrong" (any backend) | "raises" (else any)) -> n
     side_by_side: collections.Counter = field(default_factory=collections.Counter)
     examples: dict = field(default_factory=dict)           # an error kind -> the first program showing it
+    # (aotgrad's clear error, PyTorch's outcome as in side_by_side) -> n; and up to 5 programs per
+    # clear error that PyTorch's AOTAutograd gets all right (what aotgrad refuses and PyTorch supports)
+    clear_vs_pytorch: collections.Counter = field(default_factory=collections.Counter)
+    pytorch_supports: dict = field(default_factory=dict)
     seconds: float = 0.0                                   # time in check_one, summed
 
     def add(self, result: ProgramResult) -> None:
@@ -208,6 +212,10 @@ class Tally:
         if kinds:
             pytorch = "silently wrong" if "silent" in kinds else "raises" if "error" in kinds else "all right"
             self.side_by_side[result.status, pytorch] += 1
+            for message in set(result.clear_errors.values()):
+                self.clear_vs_pytorch[message[:160], pytorch] += 1
+                if pytorch == "all right" and len(self.pytorch_supports.setdefault(message[:160], [])) < 5:
+                    self.pytorch_supports[message[:160]].append(result.source)
 
     def counts(self) -> dict:
         """The campaign's counts as `python -m tests.fuzz.campaign` prints them."""

@@ -596,9 +596,16 @@ def _check_global_state(backend: str) -> None:
 
     modes = _get_current_dispatch_mode_stack()
     grad_enabled = torch.is_grad_enabled()
+    inference = torch.is_inference_mode_enabled()
     for _ in modes:
         _pop_mode()
     torch.set_grad_enabled(True)
-    if modes or not grad_enabled:
+    if inference:  # a guard entered and never left: hold one turning it off for the process
+        _INFERENCE_MODE_REPAIRS.append(torch._C._InferenceMode(False))
+    if modes or not grad_enabled or inference:
         _fail("state_leak", backend, f"left behind: dispatch modes {[type(m).__name__ for m in modes]}, "
-                                     f"grad mode {'on' if grad_enabled else 'off'}")
+                                     f"grad mode {'on' if grad_enabled else 'off'}"
+                                     f"{', inference mode on' if inference else ''}")
+
+
+_INFERENCE_MODE_REPAIRS: list = []  # guards against leaked inference mode (see _check_global_state)
