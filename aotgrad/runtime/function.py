@@ -45,9 +45,10 @@ class RuntimePlan:
     repeated_outputs: tuple[int, ...] = ()  # forward outputs the graph returns an earlier one's value for
     # forward results (outputs, then saved) eager holds through `.data`: a version counter of
     # their own (see _own_counters); and saved ones that are a written input's new value read
-    # through `.data` in eager: (result index, input index), saved as that input's memory
+    # through `.data` in eager, or views of one: (result index, input index, None or the new
+    # value's result index), saved as that input's memory or the same view of it
     own_counter_results: tuple[int, ...] = ()
-    saved_from_inputs: tuple[tuple[int, int], ...] = ()
+    saved_from_inputs: tuple[tuple[int, int, int | None], ...] = ()
     _partial: dict = field(default_factory=dict)
 
     def backward_without(self, absent: tuple[int, ...]) -> BackwardVariant | None:
@@ -207,7 +208,8 @@ def _own_counters(results: Sequence[Any], args: tuple, own: Sequence[int],
     backward, which reads the written values unchecked, as eager's does. One result returned
     at two flagged places (saved and returned) gets one counter: a write into the output
     trips the saved one's check, as in eager. A saved `.data` of a written input's new value
-    is that input's own memory (eager's alias of it), when the layouts agree."""
+    is that input's own memory (eager's alias of it), and a saved view of one the same view of
+    that memory, when the layouts agree."""
     results = list(results)
     made: dict[int, torch.Tensor] = {}
     for r in own:
@@ -216,10 +218,18 @@ def _own_counters(results: Sequence[Any], args: tuple, own: Sequence[int],
             if id(t) not in made:
                 made[id(t)] = t.data
             results[r] = made[id(t)]
-    for r, i in from_inputs:
+    for r, i, viewed in from_inputs:
         t, x = results[r], args[i]
-        if x.shape == t.shape and x.stride() == t.stride() and x.dtype == t.dtype:
-            results[r] = x.data
+        if viewed is None:
+            if x.shape == t.shape and x.stride() == t.stride() and x.dtype == t.dtype:
+                results[r] = x.data
+            continue
+        # a view of the new value (`a.data[1:]`): the same view of the input's own memory
+        new = results[viewed]
+        if (x.shape == new.shape and x.stride() == new.stride() and x.dtype == new.dtype == t.dtype
+                and t.untyped_storage().data_ptr() == new.untyped_storage().data_ptr()):
+            offset = x.storage_offset() + t.storage_offset() - new.storage_offset()
+            results[r] = x.data.as_strided(t.shape, t.stride(), offset)
     return results
 
 

@@ -73,6 +73,19 @@ def view_of_data_returned(a, w):
     return (v0.sin(), v1)
 
 
+def view_of_data_of_input_written_then_saved(a, w):
+    v0 = a.data[1:]
+    a.mul_(2)
+    return (a, v0 * w[1:])
+
+
+def view_of_data_of_input_saved_then_written(a, w):
+    v0 = a.data[1:]
+    y = v0 * w[1:]
+    a.add_(1)
+    return (a, y)
+
+
 def detach_of_intermediate_returned_base_saved(a, w):  # a shared counter: eager's backward raises
     v0 = a * w
     return (v0.cos(), v0.detach())
@@ -86,6 +99,8 @@ PROGRAMS = [
     (data_of_intermediate_returned_and_saved, _two(3)),
     (data_of_intermediate_returned_base_saved, _two(3)),
     (view_of_data_returned, _two(3)),
+    (view_of_data_of_input_written_then_saved, _two(3)),
+    (view_of_data_of_input_saved_then_written, _two(3)),
 ]
 
 
@@ -117,6 +132,30 @@ def test_input_written_by_the_caller_is_read_by_the_backward_through_data(partit
 
     def grads(fn):
         a, w = _two(3)()[0]
+        (y,) = fn(a, w)
+        with torch.no_grad():
+            a.mul_(10)
+        y.sum().backward()
+        return w.grad
+
+    options = {} if partition == "default" else {"partition_fn": aotgrad.min_cut_rematerialization_partition}
+    compiled = aotgrad.aot_function(f, aotgrad.nop, **options)
+    torch.testing.assert_close(grads(compiled), grads(f))
+
+
+@pytest.mark.parametrize("partition", ["default", "min_cut"])
+def test_input_written_by_the_caller_is_read_by_the_backward_through_a_view_of_data(partition):
+    """As above, the saved value a view of `.data` of an input the function writes: eager's
+    backward reads the caller's later writes through the view (the same view of the input's
+    own memory is saved)."""
+    def f(a, w):
+        v0 = a.data.t()[1]
+        a.mul_(2)
+        return (v0 * w[1],)
+
+    def grads(fn):
+        torch.manual_seed(0)
+        a, w = torch.randn(3, 3, requires_grad=True) * 1, torch.randn(3, 3, requires_grad=True)
         (y,) = fn(a, w)
         with torch.no_grad():
             a.mul_(10)
