@@ -141,13 +141,39 @@ def build_forward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
     needed_for_saved = _ancestors(saved)
     body = [n for n in parts.joint.graph.nodes
             if (n in parts.forward_nodes or n in needed_for_saved) and n.op != "placeholder"]
-    _copy_nodes(graph, body, env)
+    _copy_nodes(graph, _moved_nodes_early(body, parts.forward_nodes), env)
     outputs = [env[o] if isinstance(o, fx.Node) else o for o in parts.fw_outputs]
     graph.output(tuple(outputs + [env[s] for s in saved]))
     gm = fx.GraphModule(parts.joint, graph)
     gm.meta["num_saved"] = len(saved)
     gm.meta["num_saved_sizes"] = sum(_is_size(n) for n in saved)
     return gm
+
+
+def _moved_nodes_early(body: list[fx.Node], forward_nodes: set) -> list[fx.Node]:
+    """`body` (joint order) with each node the partition moved from the backward into the
+    forward (a mask `le | ge` saved in place of the float it reads) placed right after its
+    inputs instead of after the whole forward: its inputs can die sooner, and a graph
+    compiler choosing layouts along the forward keeps the one of its neighbours (Inductor
+    gives channels-last only to nodes up to the last convolution; a mask computed after it
+    was written NCHW, a transpose per BatchNorm in MobileNetV2).
+
+        joint order:  conv1, bn1, relu1, conv2, bn2, ..., [le(bn1), ge(bn1), or]
+        forward:      conv1, bn1, relu1, le(bn1), ge(bn1), or, conv2, bn2, ...
+    """
+    moved = [n for n in body if n not in forward_nodes]
+    if any(n.op == "call_function" and (n.is_impure() or torch.Tag.nondeterministic_seeded in
+                                        getattr(n.target, "tags", ())) for n in moved):
+        return body  # random numbers are drawn, and effects happen, in the order eager has them
+    position = {n: i for i, n in enumerate(body)}
+    key: dict = {}
+    for n in body:
+        if n in forward_nodes:
+            key[n] = (position[n], 0, 0)
+        else:  # after its latest input; moved nodes sharing one keep their joint order
+            latest = max((key[a] for a in n.all_input_nodes if a in key), default=(-1, 0, 0))
+            key[n] = (latest[0], 1, position[n])
+    return sorted(body, key=key.__getitem__)
 
 
 def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
