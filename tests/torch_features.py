@@ -36,9 +36,9 @@ TRACE_BACKWARD_REASON = "this torch's trace_backward kernel cannot take symbolic
 
 @functools.cache
 def lstm_decomposition_keeps_hidden_shapes() -> bool:
-    """Torch 2.11's Python kernel of `aten.lstm` (what torch.compile traces an LSTM with) squeezes
-    the wrong dimension of h_n and c_n when the input requires grad: (layers, 1, batch, hidden)
-    instead of (layers, batch, hidden). PyTorch's own AOTAutograd inherits it; 2.13 fixed it."""
+    """Torch 2.11 and 2.12: the Python kernel of `aten.lstm` (what torch.compile traces an LSTM
+    with) squeezes the wrong dimension of h_n and c_n when the input requires grad: (layers, 1,
+    batch, hidden) instead of (layers, batch, hidden). PyTorch's own AOTAutograd inherits it; 2.13 fixed it."""
     from torch._decomp import decomposition_table
 
     lstm = torch.nn.LSTM(2, 2)
@@ -49,4 +49,4 @@ def lstm_decomposition_keeps_hidden_shapes() -> bool:
 
 
 LSTM_DECOMPOSITION_REASON = ("this torch's Python kernel of aten.lstm returns h_n and c_n with an extra "
-                             "dimension (torch 2.11; PyTorch's AOTAutograd is wrong there too)")
+                             "dimension (torch 2.11 and 2.12; PyTorch's AOTAutograd is wrong there too)")
