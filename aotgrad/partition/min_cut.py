@@ -35,9 +35,11 @@ nothing", each optimal at its own bytes: no partition saves as few bytes with le
 recompute (in this model).
 
 Which cut (`choose_cut`):
-  * budget 1.0 (the default): the minimum cut at the least price >= DEFAULT_LAMBDA at
-    which no compute-bound op (matmul, convolution, attention: cost.is_compute_bound) runs
-    twice. It lies on the hull.
+  * budget 1.0 (the default): the minimum cut at DEFAULT_LAMBDA among the cuts that run no
+    compute-bound op (matmul, convolution, attention: cost.is_compute_bound) twice (those
+    priced infinite). It saves no more bytes than the hull cut at the least price at which
+    no compute-bound op runs twice, and may lie above the hull (it recomputes more of the
+    cheap ops for the bytes it saves).
   * a budget below 1.0 bounds the saved bytes by memory_budget x the bytes saved when
     nothing is recomputed (`B_all`); config.activation_memory_budget_bytes bounds them too.
     The cut comes from a fixed family: the default cut, then for k = 19 .. 1 the
@@ -277,30 +279,23 @@ def choose_cut(problem: CutProblem, memory_budget: float, budget_bytes: int | No
 
 
 def default_cut(problem: CutProblem) -> Cut:
-    """The minimum cut at the least price >= DEFAULT_LAMBDA at which no compute-bound op
-    runs in both graphs (the smallest such source side): a hull point.
+    """The minimum cut at DEFAULT_LAMBDA among the cuts that run no compute-bound op (matmul,
+    convolution, attention) twice: those ops are priced infinite for it, as PyTorch's
+    partitioner bans their recomputation, so a cheap elementwise chain is recomputed from a
+    value saved anyway rather than a new value saved. (Raising the price of every op until
+    no compute-bound one runs twice, as before, made the elementwise chains dear too:
+    MobileNetV2 saved a mask per BatchNorm + ReLU6 beside the convolution output it reads.)
+    It saves no more bytes than that price-raised hull cut.
 
         x.sin().cos() @ w -> saves mm (2 matmuls in the backward, not 3), recomputes sin, cos
+        conv -> bn -> relu6 -> conv -> saves the convolutions' outputs, recomputes bn, the mask
     """
-    cut = solve(problem, *DEFAULT_LAMBDA)
-    if not problem.needed or not _recomputes_compute_bound(problem, cut.side):
-        return cut
-    left, right = solve(problem, *_recompute_first(problem)), cut
-    while (middle := _below_edge(problem, left, right)) is not None:
-        if _recomputes_compute_bound(problem, middle.side):
-            right = middle
-        else:
-            left = middle
-    for side, _, _ in _walk_edge(problem, *_edge_price(left, right)) if left.bytes > right.bytes else ():
-        if not _recomputes_compute_bound(problem, side):
-            return _cut_of(problem, side)
-    return left
-
-
-def _recomputes_compute_bound(problem: CutProblem, side: frozenset) -> bool:
-    vertex = problem.network.vertex
-    return any(vertex[n][0] not in side for n in problem.forward_required
-               if n in vertex and cost.is_compute_bound(n))
+    if not problem.needed:
+        return solve(problem, *DEFAULT_LAMBDA)
+    banned = CutProblem(problem.parts, problem.nodes, problem.needed, problem.forward_required,
+                        problem.save_bytes,
+                        {n: _INF if cost.is_compute_bound(n) else c for n, c in problem.costs.items()})
+    return solve(banned, *DEFAULT_LAMBDA)  # (its costs are the problem's: nothing infinite is cut)
 
 
 class _BudgetFamily:

@@ -114,7 +114,9 @@ def test_peak_never_rises_as_the_byte_bound_falls():
 
 
 def test_recomputing_lowers_the_peak_of_stacks_of_layers():
-    assert peaks("mlp_stack")[-1] < 0.7 * peaks("mlp_stack")[0]
+    # (the default cut recomputes the cheap layers already: 409,600 bytes at budget 1.0 since
+    # session 16, 589,824 before; 296,960 at budget 0)
+    assert peaks("mlp_stack")[-1] < 0.8 * peaks("mlp_stack")[0]
     assert peaks("transformer_4")[-1] < peaks("transformer_4")[0]     # the weights' grads dominate
 
 
