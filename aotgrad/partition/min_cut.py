@@ -292,10 +292,17 @@ def default_cut(problem: CutProblem) -> Cut:
     """
     if not problem.needed:
         return solve(problem, *DEFAULT_LAMBDA)
+    # only ops the forward may save: one the backward needs that cannot be saved (a value
+    # unsafe to save) must run again, and banning it would leave no finite cut
     banned = CutProblem(problem.parts, problem.nodes, problem.needed, problem.forward_required,
                         problem.save_bytes,
-                        {n: _INF if cost.is_compute_bound(n) else c for n, c in problem.costs.items()})
-    return solve(banned, *DEFAULT_LAMBDA)  # (its costs are the problem's: nothing infinite is cut)
+                        {n: _INF if cost.is_compute_bound(n) and problem.save_bytes[n] != _INF else c
+                         for n, c in problem.costs.items()})
+    p, q = DEFAULT_LAMBDA
+    residual = banned.network.solve(p, q)
+    if residual.value > q * banned.network.total_bytes + p * banned.network.total_cost:
+        return solve(problem, p, q)  # no finite cut without running one of them twice
+    return _cut_of(banned, frozenset(residual.source_side()))  # (its costs: the problem's, finite)
 
 
 class _BudgetFamily:
