@@ -49,25 +49,30 @@ def test_graphs_run_as_traced_under_the_callers_autocast():
             torch.testing.assert_close(g, e, rtol=0, atol=0)
 
 
-def test_aot_function_under_the_callers_autocast():
-    def f(x, w, bias):
-        return F.scaled_dot_product_attention(x @ w, x, x, attn_mask=bias).float().sum()
+def _sdpa(x, w, bias):
+    return F.scaled_dot_product_attention(x @ w, x, x, attn_mask=bias).float().sum()
 
-    def run(fn):
-        torch.manual_seed(0)
-        x, w = torch.randn(2, 4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
-        bias = torch.randn(1, 4, 4, requires_grad=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = fn(x, w, bias)
-        out.backward()
-        return out.detach(), [x.grad, w.grad, bias.grad]
 
-    expected, expected_grads = run(f)
-    actual, grads = run(aotgrad.aot_function(f, aotgrad.nop))
-    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+def _run_sdpa(fn):
+    """`fn(x, w, bias)` under autocast to bf16, its backward after the region."""
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    bias = torch.randn(1, 4, 4, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fn(x, w, bias)
+    out.backward()
+    return out.detach(), [x.grad, w.grad, bias.grad]
+
+
+def _assert_exactly(result, expected) -> None:
+    (actual, grads), (value, expected_grads) = result, expected
+    torch.testing.assert_close(actual, value, rtol=0, atol=0)
     for g, e in zip(grads, expected_grads):
         torch.testing.assert_close(g, e, rtol=0, atol=0)
 
+
+def test_aot_function_under_the_callers_autocast():
+    _assert_exactly(_run_sdpa(aotgrad.aot_function(_sdpa, aotgrad.nop)), _run_sdpa(_sdpa))
 
 
 def _retracing_compiler(seen: list):
@@ -82,28 +87,14 @@ def _retracing_compiler(seen: list):
     return compile_graph
 
 
-def _sdpa(x, w, bias):
-    return F.scaled_dot_product_attention(x @ w, x, x, attn_mask=bias).float().sum()
-
 
 def test_compilers_run_with_the_callers_autocast_off():
     """A graph already holds autocast's casts: the compilers are called with autocast off, as
     PyTorch's AOTAutograd calls them. Under the caller's autocast a compiler tracing the
     graph again casts the float32 ops inside SDPA's math to bf16 (on CUDA, Inductor raised
     `mat1 and mat2 must have the same dtype` for BERT)."""
-    def run(fn):
-        torch.manual_seed(0)
-        x, w = torch.randn(2, 4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
-        bias = torch.randn(1, 4, 4, requires_grad=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = fn(x, w, bias)
-        out.backward()
-        return out.detach(), [x.grad, w.grad, bias.grad]
-
     seen: list = []
-    expected, expected_grads = run(_sdpa)
-    actual, grads = run(aotgrad.aot_function(_sdpa, _retracing_compiler(seen)))
+    expected = _run_sdpa(_sdpa)
+    result = _run_sdpa(aotgrad.aot_function(_sdpa, _retracing_compiler(seen)))
     assert seen == [False, False], seen  # the forward, then the backward: autocast off for both
-    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
-    for g, e in zip(grads, expected_grads):
-        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    _assert_exactly(result, expected)
