@@ -25,7 +25,7 @@ from aotgrad.errors import MutatedAliasedInputsError
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
-from aotgrad.partition.cost import is_view
+from aotgrad.partition.cost import storage_root
 from aotgrad.partition.graphs import copy_saved_aliases
 from aotgrad.runtime.boxed import without_autocast
 from aotgrad.partition.inspection import report as partition_report
@@ -280,10 +280,9 @@ def _own_counter_results(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModul
 
     flagged = tuple(r for r, node in enumerate(outs) if own(r, node))
     reshaped = {m.input_index for m in epilogue.metadata}
-    written_into = {outs[w.slot]: w.input_index for w in epilogue.write_backs
+    # a written input's new value -> (the input, its result index)
+    written_into = {outs[w.slot]: (w.input_index, w.slot) for w in epilogue.write_backs
                     if not w.after_metadata and w.input_index not in reshaped and w.slot < num_outputs}
-
-    slot_of = {outs[w.slot]: w.slot for w in epilogue.write_backs if w.slot < num_outputs}
 
     def new_value_of(node: torch.fx.Node) -> tuple[int, int | None] | None:
         """(input, None) when `node` is a written input's new value (or `.data` of it);
@@ -291,11 +290,9 @@ def _own_counter_results(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModul
         if node.target is torch.ops.aten.detach.default:
             node = node.args[0]
         if node in written_into:
-            return written_into[node], None
-        root = node
-        while is_view(root) and isinstance(root.args[0], torch.fx.Node):
-            root = root.args[0]
-        return (written_into[root], slot_of[root]) if root is not node and root in written_into else None
+            return written_into[node][0], None
+        root = storage_root(node)
+        return written_into[root] if root is not node and root in written_into else None
 
     from_inputs = tuple((r, *found) for r in flagged if r >= num_outputs
                         for found in [new_value_of(outs[r])] if found is not None)
