@@ -154,6 +154,43 @@ def _use_inductor_random(gm: fx.GraphModule, example_inputs: list) -> None:
             gm.recompile()
 
 
+class _InductorJointPasses:
+    """A partitioner that first runs Inductor's joint-graph passes (no-op removal, folding of
+    uniform constants, Inductor's early pattern rewrites), in place, as Inductor's own pipeline
+    does before it partitions. Random ops stay as they are here (the partitioners never
+    recompute them; each graph gets Inductor's random ops after the split:
+    _use_inductor_random).
+
+    The disk cache keys a partitioner on its qualified name, so the name carries the Inductor
+    settings the passes read; a custom joint pass without a `uuid()` leaves it without one
+    (nothing cached: its code cannot be keyed)."""
+
+    def __init__(self, partition_fn, patches: dict | None = None):
+        from torch._inductor import config as inductor_config
+
+        self.partition_fn = partition_fn
+        self.patches = patches or {}  # torch.compile's mode= and options=, as for the graph compiles
+        self.__name__ = getattr(partition_fn, "__name__", type(partition_fn).__name__)
+        with inductor_config.patch(self.patches):
+            custom = [getattr(inductor_config, k) for k in ("joint_custom_pre_pass", "joint_custom_post_pass")]
+            flags = inductor_config.pattern_matcher, inductor_config.joint_graph_constant_folding
+        uuids = [None if p is None else getattr(p, "uuid", lambda: None)() for p in custom]
+        keyable = all(u is not None or p is None for p, u in zip(custom, uuids))
+        self.__qualname__ = (f"inductor_joint_passes(pattern_matcher={flags[0]}, constant_folding={flags[1]}, "
+                             f"custom={uuids})+{self.__name__}") if keyable else None
+
+    def __call__(self, joint_gm: fx.GraphModule, joint_inputs, **kwargs):
+        from torch._guards import detect_fake_mode
+        from torch._inductor import config as inductor_config
+        from torch._inductor.fx_passes.joint_graph import joint_graph_passes
+        from torch._inductor.virtualized import V
+
+        fake_mode = detect_fake_mode(list(joint_inputs))
+        with V.set_fake_mode(fake_mode), inductor_config.patch({**self.patches, "fallback_random": True}):
+            joint_gm = joint_graph_passes(joint_gm)
+        return self.partition_fn(joint_gm, joint_inputs, **kwargs)
+
+
 class InductorCompilers:
     """The forward, backward and inference compilers of one `aotgrad_inductor` graph.
 
@@ -256,7 +293,8 @@ def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any], i
     compilers = InductorCompilers(patches)
     return aot_module_simplified(gm, example_inputs, fw_compiler=compilers.forward,
                                  bw_compiler=compilers.backward, inference_compiler=compilers.inference,
-                                 partition_fn=_partitioner("min_cut"), decompositions=select_decomp_table(),
+                                 partition_fn=_InductorJointPasses(_partitioner("min_cut"), patches),
+                                 decompositions=select_decomp_table(),
                                  inputs_guarded=inputs_guarded)
 
 

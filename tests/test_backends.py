@@ -311,3 +311,54 @@ def test_aotgrad_inductor_rejects_a_wrong_option_clearly(options, message):
     compiled = torch.compile(nn.Linear(4, 4), backend="aotgrad_inductor", options=options)
     with pytest.raises(Exception, match=message):
         compiled(torch.randn(2, 4))
+
+
+def test_aotgrad_inductor_runs_inductors_joint_graph_passes_before_partitioning(monkeypatch):
+    """Inductor's passes on the joint graph (here: the folding of a uniform constant,
+    ones * 2 + 1 -> full(3.0)) run before aotgrad's partitioner, as in Inductor's own
+    pipeline: the forward Inductor compiles has the folded constant. Grads as eager's."""
+    import torch._inductor.compile_fx as compile_fx
+
+    graphs = []
+    original = compile_fx.compile_fx_inner
+
+    def recording(gm, example_inputs, **kwargs):
+        graphs.append(gm)
+        return original(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", recording)
+
+    def f(x):
+        scale = torch.ones(4) * 2 + 1
+        return (x * scale).sin()
+
+    torch._dynamo.reset()
+    x = torch.randn(6, 4, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    expected, actual = f(x), torch.compile(f, backend="aotgrad_inductor")(x2)
+    torch.testing.assert_close(actual, expected)
+    expected.sum().backward()
+    actual.sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad)
+    assert len(graphs) == 2
+    forward_targets = [(n.target, n.args[1:]) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert (torch.ops.aten.full.default, (3.0,)) in forward_targets, forward_targets
+    assert not [t for t, _ in forward_targets if t is torch.ops.aten.add.Tensor], forward_targets
+
+
+def test_joint_passes_are_keyed_on_the_inductor_settings_they_read():
+    """The disk cache keys the partitioner by qualified name: Inductor's settings for the joint
+    passes (torch.compile's options included) are in it; a custom joint pass without a uuid()
+    leaves no name to key on, so nothing is cached rather than something stale."""
+    from torch._inductor import config as inductor_config
+
+    from aotgrad.backends import _InductorJointPasses
+    from aotgrad.disk_cache import NotCacheable, _callable_text
+
+    partition = aotgrad.min_cut_rematerialization_partition
+    default = _callable_text(_InductorJointPasses(partition))
+    assert "constant_folding=True" in default and default.endswith("min_cut_rematerialization_partition")
+    assert _callable_text(_InductorJointPasses(partition, {"joint_graph_constant_folding": False})) != default
+    with inductor_config.patch(joint_custom_pre_pass=lambda graph: None):
+        with pytest.raises(NotCacheable):
+            _callable_text(_InductorJointPasses(partition))

@@ -18,7 +18,7 @@ hints). Out: `value_bytes(node)` (device bytes held if the forward saves it) and
 | mm bmm addmm baddbmm matmul mv addmv dot          | bytes              | max(2 numel(out) K / F, moved)            |
 | convolution, _convolution [3]                     | bytes              | max(2 numel(out) Cin/g kh kw / F, moved)  |
 | attention [4]                                     | bytes              | max(2 rows(q) S (E + Ev) / F, moved)      |
-| empty, zeros, ones, full, arange (and *_like)     | bytes              | bytes written                             |
+| empty, zeros, ones, full, arange, iota, *_like    | bytes              | bytes written                             |
 | embedding, index, gather, index_select            | bytes              | 2 x bytes written (rows read, written)    |
 | any other op (pointwise, reductions, copies, ...) | bytes              | moved = bytes read + bytes written        |
 
@@ -235,7 +235,7 @@ def recompute_cost(node: fx.Node) -> int:
         return 0
     packet = getattr(node.target, "overloadpacket", None)
     written = _bytes_of(node.meta.get("val"))
-    if packet in _WRITES_ONLY:
+    if writes_only(node):
         return written
     if packet in _GATHERS:
         return 2 * written
@@ -250,6 +250,51 @@ def _bytes_of(val) -> int:
 
 
 def is_compute_bound(node: fx.Node) -> bool:
-    """Matmuls, convolutions and attention (the ops priced by FLOPs): the default (budget
-    1.0) cut never runs them twice; a memory budget below 1.0 may."""
+    """Matmuls, convolutions and attention (the ops priced by FLOPs)."""
     return node.op == "call_function" and getattr(node.target, "overloadpacket", None) in _FLOPS
+
+
+def kept_from_rerun(node: fx.Node) -> bool:
+    """Ops the default (budget 1.0) cut never runs twice; a memory budget below 1.0 may.
+    Recomputing is only nearly free for what a fusing compiler folds into the loop that reads
+    it: pointwise ops, views, constructors and gathers, and reductions that keep at least a
+    quarter of what they read. Kept from a second run, as PyTorch's partitioner keeps them:
+    compute-bound ops; reductions to under a quarter (a norm's statistics: small to save, a
+    pass over the input and a kernel of their own to recompute); and every other op (scans
+    such as cumsum, sorts, cat, padding, the norms' composite kernels).
+
+        var_mean(x: f32[8, 64, 64]) -> kept: its outputs are 2 x f32[8, 64, 1]
+        sum(x: f32[8, 64], dim=0, keepdim) -> kept;  relu(x), x.view(...), x[idx] -> may run again
+    """
+    if node.op != "call_function" or is_view(node) or node.target is operator.getitem:
+        return False
+    if _is_loop(node):
+        return False
+    if torch.Tag.reduction in getattr(node.target, "tags", ()):
+        read = sum(_bytes_of(_val(a)) for a in node.all_input_nodes)
+        return 4 * _bytes_of(node.meta.get("val")) < read
+    return True
+
+
+def fuses_inputs(node: fx.Node) -> bool:
+    """Does a fusing compiler fold the ops making this node's inputs into its own loop?
+    Pointwise ops, constructors, gathers, reductions, views and getitems do (and `cat`, which
+    writes each input into place); matmuls, convolutions, attention, scans and the other
+    library kernels read their inputs from memory."""
+    if node.op != "call_function":
+        return False
+    if is_view(node) or node.target is operator.getitem or _is_loop(node):
+        return True
+    return torch.Tag.reduction in getattr(node.target, "tags", ()) or node.target is aten.cat.default
+
+
+def writes_only(node: fx.Node) -> bool:
+    """Constructors (empty, zeros, full, arange, ...): they write without reading."""
+    return getattr(node.target, "overloadpacket", None) in _WRITES_ONLY or node.target is torch.ops.prims.iota.default
+
+
+def _is_loop(node: fx.Node) -> bool:
+    """Pointwise ops, constructors and gathers: one loop over the output, fused freely."""
+    packet = getattr(node.target, "overloadpacket", None)
+    return (torch.Tag.pointwise in getattr(node.target, "tags", ()) or writes_only(node) or packet in _GATHERS
+            or packet is aten._to_copy)

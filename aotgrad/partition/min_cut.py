@@ -36,10 +36,10 @@ recompute (in this model).
 
 Which cut (`choose_cut`):
   * budget 1.0 (the default): the minimum cut at DEFAULT_LAMBDA among the cuts that run no
-    compute-bound op (matmul, convolution, attention: cost.is_compute_bound) twice (those
-    priced infinite). It saves no more bytes than the hull cut at the least price at which
-    no compute-bound op runs twice, and may lie above the hull (it recomputes more of the
-    cheap ops for the bytes it saves).
+    op twice that a fusing compiler cannot recompute nearly for free (compute-bound ops,
+    shrinking reductions, scans...: cost.kept_from_rerun; those priced infinite). It saves
+    no more bytes than the hull cut at the least price at which none of them runs twice,
+    and may lie above the hull (it recomputes more of the cheap ops for the bytes it saves).
   * a budget below 1.0 bounds the saved bytes by memory_budget x the bytes saved when
     nothing is recomputed (`B_all`); config.activation_memory_budget_bytes bounds them too.
     The cut comes from a fixed family: the default cut, then for k = 19 .. 1 the
@@ -279,30 +279,72 @@ def choose_cut(problem: CutProblem, memory_budget: float, budget_bytes: int | No
 
 
 def default_cut(problem: CutProblem) -> Cut:
-    """The minimum cut at DEFAULT_LAMBDA among the cuts that run no compute-bound op (matmul,
-    convolution, attention) twice: those ops are priced infinite for it, as PyTorch's
-    partitioner bans their recomputation, so a cheap elementwise chain is recomputed from a
-    value saved anyway rather than a new value saved. (Raising the price of every op until
-    no compute-bound one runs twice, as before, made the elementwise chains dear too:
-    MobileNetV2 saved a mask per BatchNorm + ReLU6 beside the convolution output it reads.)
-    It saves no more bytes than that price-raised hull cut.
+    """The minimum cut at DEFAULT_LAMBDA among the cuts that run no op twice that
+    kept_by_default names (compute-bound ops, shrinking reductions, ops a fusing compiler does
+    not fold into a loop, values a matmul of the backward reads): those are priced infinite for it, as PyTorch's partitioner
+    bans their recomputation, so a cheap elementwise chain is recomputed from a value saved
+    anyway rather than a new value saved. (Raising the price of every op until none of them
+    runs twice made the elementwise chains dear too: MobileNetV2 saved a mask per BatchNorm +
+    ReLU6 beside the convolution output it reads.) It saves no more bytes than that
+    price-raised hull cut. Where no finite cut keeps them all (a value the backward needs
+    that cannot be saved must run again), only compute-bound ops are kept, then none.
 
-        x.sin().cos() @ w -> saves mm (2 matmuls in the backward, not 3), recomputes sin, cos
+        (x.sin().cos() @ w).sin() -> saves cos (w's grad reads it) and mm, recomputes x.sin()
         conv -> bn -> relu6 -> conv -> saves the convolutions' outputs, recomputes bn, the mask
+        layer_norm(x) @ w -> saves the norm's output and its mean and rstd: no var_mean again
     """
-    if not problem.needed:
-        return solve(problem, *DEFAULT_LAMBDA)
-    # only ops the forward may save: one the backward needs that cannot be saved (a value
-    # unsafe to save) must run again, and banning it would leave no finite cut
-    banned = CutProblem(problem.parts, problem.nodes, problem.needed, problem.forward_required,
-                        problem.save_bytes,
-                        {n: _INF if cost.is_compute_bound(n) and problem.save_bytes[n] != _INF else c
-                         for n, c in problem.costs.items()})
     p, q = DEFAULT_LAMBDA
-    residual = banned.network.solve(p, q)
-    if residual.value > q * banned.network.total_bytes + p * banned.network.total_cost:
-        return solve(problem, p, q)  # no finite cut without running one of them twice
-    return _cut_of(banned, frozenset(residual.source_side()))  # (its costs: the problem's, finite)
+    if not problem.needed:
+        return solve(problem, p, q)
+    for kept in (kept_by_default(problem), {n for n in problem.nodes if cost.is_compute_bound(n)}):
+        # only ops the forward may save (a tuple through its getitems): banning one that
+        # cannot be saved leaves no finite cut
+        banned = CutProblem(problem.parts, problem.nodes, problem.needed, problem.forward_required,
+                            problem.save_bytes,
+                            {n: _INF if n in kept and (problem.save_bytes[n] != _INF or _is_tuple(n)) else c
+                             for n, c in problem.costs.items()})
+        residual = banned.network.solve(p, q)
+        if residual.value <= q * banned.network.total_bytes + p * banned.network.total_cost:
+            return _cut_of(banned, frozenset(residual.source_side()))  # (its costs: the problem's)
+    return solve(problem, p, q)
+
+
+def kept_by_default(problem: CutProblem) -> set[fx.Node]:
+    """The values the default cut does not run twice: cost.kept_from_rerun's, and those a
+    backward op reads without fusing them (_materialized_in_backward)."""
+    materialized = _materialized_in_backward(problem)
+    return {n for n in problem.nodes if n in materialized or cost.kept_from_rerun(n)}
+
+
+def _materialized_in_backward(problem: CutProblem) -> set[fx.Node]:
+    """Values a backward op that does not fuse its inputs (a matmul, say) would read: run
+    again there, they are a kernel and a buffer of their own, not a few instructions inside
+    their reader's loop, so the default cut saves them (as PyTorch's partitioner does).
+
+        ln = layer_norm(x); y = ln @ w -> the weight's grad reads ln: saved, not rerun
+        zeros = x.new_zeros(n)            -> never: it reads nothing, so running it again
+                                             writes only what saving it would keep
+    """
+    materialized = set()
+    for node in problem.nodes:
+        if node.op != "call_function" or cost.is_view(node) or cost.writes_only(node):
+            continue  # (a constructor, run again, writes what saving it would have kept)
+        readers, seen = list(node.users), set()
+        while readers:
+            user = readers.pop()
+            if user in seen:
+                continue
+            seen.add(user)
+            if cost.is_view(user):
+                readers.extend(user.users)
+            elif user.op == "call_function" and user not in problem.forward_required and not cost.fuses_inputs(user):
+                materialized.add(node)
+                break
+    return materialized
+
+
+def _is_tuple(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), (tuple, list))
 
 
 class _BudgetFamily:

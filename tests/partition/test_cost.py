@@ -3,6 +3,7 @@ import math
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import aotgrad
@@ -26,7 +27,7 @@ class Graph:
 
     def op(self, target, *args, **kwargs) -> fx.Node:
         node = self.graph.call_function(target, args, kwargs)
-        vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+        vals = pytree.tree_map_only(fx.Node, lambda a: a.meta["val"], args)
         with self.mode:
             node.meta["val"] = target(*vals, **kwargs)
         return node
@@ -153,6 +154,35 @@ def test_matmuls_convolutions_and_attention_are_compute_bound():
     assert not cost.is_compute_bound(g.op(aten.sum.default, a))
     assert not cost.is_compute_bound(g.op(aten.t.default, a))
     assert not cost.is_compute_bound(a)
+
+
+def test_the_default_cut_keeps_what_a_fusing_compiler_cannot_rerun_for_free():
+    g = Graph()
+    x, w, pair = g.input("x", 8, 64, 64), g.input("w", 64, 64), g.input("pair", 2, 64)
+    ids = g.input("ids", 8, dtype=torch.int64)
+    assert cost.kept_from_rerun(g.op(aten.mm.default, w, w))                          # compute-bound
+    assert cost.kept_from_rerun(g.op(aten.var_mean.correction, x, [2], correction=0, keepdim=True))  # 64x smaller
+    assert cost.kept_from_rerun(g.op(aten.amax.default, x, [0], True))               # 8x smaller
+    assert cost.kept_from_rerun(g.op(aten.cumsum.default, x, 2))                      # a scan
+    assert cost.kept_from_rerun(g.op(aten.cat.default, [w, w]))
+    assert not cost.kept_from_rerun(g.op(aten.sum.dim_IntList, pair, [0], True))     # 2x smaller
+    assert not cost.kept_from_rerun(g.op(aten.relu.default, x))
+    assert not cost.kept_from_rerun(g.op(aten.view.default, x, [512, 64]))
+    assert not cost.kept_from_rerun(g.op(aten.embedding.default, w, ids))
+    assert not cost.kept_from_rerun(g.op(aten.full.default, [4, 4], 0.0))
+    assert not cost.kept_from_rerun(x)
+
+
+def test_ops_that_fuse_their_inputs_into_their_own_loop():
+    g = Graph()
+    a = g.input("a", 8, 8)
+    for fused in (g.op(aten.add.Tensor, a, a), g.op(aten.sum.dim_IntList, a, [0]), g.op(aten.t.default, a),
+                  g.op(aten.cat.default, [a, a]), g.op(aten.full.default, [2], 1.0)):
+        assert cost.fuses_inputs(fused), fused
+    for read_from_memory in (g.op(aten.mm.default, a, a), g.op(aten.cumsum.default, a, 0), a):
+        assert not cost.fuses_inputs(read_from_memory), read_from_memory
+    assert cost.writes_only(g.op(aten.full.default, [2], 1.0))
+    assert not cost.writes_only(g.op(aten.add.Tensor, a, a))
 
 
 def test_symbolic_sizes_count_at_their_hints():

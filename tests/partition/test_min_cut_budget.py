@@ -76,8 +76,10 @@ def problem_of(fn, args) -> min_cut.CutProblem:
 # -- what each budget saves ---------------------------------------------------------------
 
 def test_budget_one_recomputes_pointwise_ops_but_not_a_matmul():
+    # cos is saved: w's grad is a matmul reading it (rerun, it would be a kernel of its own);
+    # x.sin() runs again inside the loop of cos's backward
     args = EXAMPLES["matmul_between_chains"][1]()
-    assert saved_names(matmul_between_chains, args, 1.0) == ["primals_1", "primals_2", "mm"]
+    assert saved_names(matmul_between_chains, args, 1.0) == ["primals_1", "primals_2", "cos", "mm"]
     assert backward_ops(matmul_between_chains, args, 1.0).count(torch.ops.aten.mm.default) == 2
 
 
@@ -166,18 +168,19 @@ def test_a_budget_on_the_grid_gets_the_least_recompute_cut_for_its_bound():
         assert (cut.bytes, cut.recompute) == (best.bytes, best.recompute)
 
 
-def test_budget_one_is_the_best_cut_at_its_price_that_recomputes_no_matmul():
-    # the default cut: at DEFAULT_LAMBDA, no cut that runs no compute-bound op twice costs less
+def test_budget_one_is_the_best_cut_at_its_price_that_reruns_nothing_it_keeps():
+    # the default cut: at DEFAULT_LAMBDA, no cut that runs none of kept_by_default twice costs less
     p, q = min_cut.DEFAULT_LAMBDA
     for name in ("matmul_between_chains", "residual_block"):
         fn, make_args = EXAMPLES[name]
         problem = problem_of(fn, make_args())
         top = min_cut.default_cut(problem)
         vertex = problem.network.vertex
-        assert all(vertex[n][0] in top.side for n in problem.forward_required
-                   if n in vertex and cost.is_compute_bound(n)), name
+        kept = [vertex[n][0] for n in min_cut.kept_by_default(problem) & problem.forward_required if n in vertex]
+        assert any(cost.is_compute_bound(n) for n in min_cut.kept_by_default(problem)), name
+        assert all(v in top.side for v in kept), name
         for cut in min_cut.hull_cuts(problem):
-            if all(vertex[n][0] in cut.side for n in problem.forward_required if n in vertex and cost.is_compute_bound(n)):
+            if all(v in cut.side for v in kept):
                 assert q * cut.bytes + p * cut.recompute >= q * top.bytes + p * top.recompute, (name, cut, top)
 
 
@@ -211,6 +214,78 @@ def test_budget_one_recomputes_batchnorm_and_relu6_from_the_saved_convolution():
         torch.testing.assert_close(q.grad, p.grad)
     saved = list(graphs[0].graph.nodes)[-1].args[0][1:]
     assert not any(n.meta["val"].dtype == torch.bool for n in saved if isinstance(n, torch.fx.Node)), saved
+
+
+def _compiled_with_inductors_decompositions(model):
+    """`model` under aot_module with Inductor's decompositions and min-cut; its graphs, once called."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    graphs = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return gm
+        return compiler
+
+    compiled = aotgrad.aot_module(model, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
+                                  decompositions=select_decomp_table(),
+                                  partition_fn=aotgrad.min_cut_rematerialization_partition)
+    return compiled, graphs
+
+
+def test_budget_one_saves_a_layer_norms_statistics_and_the_output_a_matmul_reads():
+    """layer_norm -> linear, decomposed as Inductor decomposes it (var_mean, rsqrt, ...): the
+    backward runs no var_mean (a reduction to 1/64 of its input: saving it is cheap) and does
+    not rebuild the norm's output for the weight's grad (a matmul reads it: it would be a
+    kernel of its own), as PyTorch's partitioner. Grads as eager's."""
+    import copy
+
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8))
+    twin = copy.deepcopy(model)
+    compiled, graphs = _compiled_with_inductors_decompositions(twin)
+    x = torch.randn(4, 16, 64, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    assert_close_and_backward(model(x), compiled(x2))
+    torch.testing.assert_close(x2.grad, x.grad)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    backward_targets = {n.target for n in graphs["backward"].graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.var_mean.correction not in backward_targets
+    assert torch.ops.aten.rsqrt.default not in backward_targets
+    # the weight's grads read the norm's affine output and the GELU's output from the forward
+    mms = [n for n in graphs["backward"].graph.nodes if n.target is torch.ops.aten.mm.default]
+    assert all(any(a.op == "placeholder" for a in _through_views(mm.args)) for mm in mms), mms
+
+
+def _through_views(args):
+    for a in args:
+        while isinstance(a, torch.fx.Node) and cost.is_view(a):
+            a = a.args[0]
+        if isinstance(a, torch.fx.Node):
+            yield a
+
+
+def assert_close_and_backward(expected, actual):
+    torch.testing.assert_close(actual, expected)
+    expected.square().sum().backward()
+    actual.square().sum().backward()
+
+
+def test_budget_one_makes_a_constant_again_rather_than_saving_it():
+    """A constant the forward uses and a matmul of the backward reads: made again in the backward
+    (writing it costs what saving it keeps), not saved. Grads as eager's."""
+    def f(x):
+        twos = torch.full((8, 8), 2.0)
+        return (twos @ x.sin()).sum()
+
+    x = _leaf(8, 8)
+    saved = saved_names(f, [x])
+    assert all(name.startswith("primals") or "sin" in name or "cos" in name for name in saved), saved
+    assert_same_as_eager(f, [_leaf(8, 8)], compiled=with_budget(f))
 
 
 # -- eager's numbers at every budget --------------------------------------------------------
