@@ -120,6 +120,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patche
 
     with inductor_config.patch(patches or {}):
         _use_inductor_random(gm, example_inputs)
+        _attributes_in_one_order(gm)
         compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward,
                                     boxed_forward_device_index=device_index)
 
@@ -127,6 +128,22 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patche
         return compiled(args)
     run._boxed_call = True
     return run
+
+
+def _attributes_in_one_order(gm: fx.GraphModule) -> None:
+    """The graph module's attributes sorted by name, its code made. Inductor's graph cache
+    keys on the pickled module, attribute order included: a graph fresh from the partitioner
+    and the same graph from aotgrad's disk cache (which makes its code on first use) would
+    have two keys, and a second process would compile again what the first one stored.
+
+        fresh:  training, ..., _modules, _code, ..., meta, shape_env
+        loaded: training, ..., _modules, ..., meta, shape_env, _code  ->  both sorted
+    """
+    if hasattr(gm, "real_recompile"):  # a lazy module: its code now, as a fresh module has it
+        gm.real_recompile()
+    attributes = sorted(gm.__dict__.items())
+    gm.__dict__.clear()
+    gm.__dict__.update(attributes)
 
 
 def _use_inductor_random(gm: fx.GraphModule, example_inputs: list) -> None:

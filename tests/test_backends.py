@@ -362,3 +362,25 @@ def test_joint_passes_are_keyed_on_the_inductor_settings_they_read():
     with inductor_config.patch(joint_custom_pre_pass=lambda graph: None):
         with pytest.raises(NotCacheable):
             _callable_text(_InductorJointPasses(partition))
+
+
+def test_a_graph_from_aotgrads_disk_cache_hits_inductors_graph_cache():
+    """A second process loads the partitioned graphs from aotgrad's disk cache; Inductor must
+    then find what the first process compiled (its cache key pickles the graph module). Here
+    a dynamo reset stands in for the second process: the second compile loads from the disk
+    cache, and both Inductor compiles hit."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
+
+    from aotgrad import phases
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    x = torch.randn(4, 8)
+    with fresh_cache():
+        for attempt in ("cold", "warm"):
+            torch._dynamo.reset()
+            counters.clear()
+            with phases.watch() as records:
+                torch.compile(model, backend="aotgrad_inductor")(x).sum().backward()
+            assert records[0].disk_cache == ("stored" if attempt == "cold" else "hit"), attempt
+        assert counters["inductor"]["fxgraph_cache_hit"] == 2, dict(counters["inductor"])
