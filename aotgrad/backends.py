@@ -118,6 +118,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patche
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
+    # (whether a saved value's fake requires grad depends on how the graph was made: traced,
+    # loaded from the disk cache, or cut into a variant; Inductor keys its cache on it)
+    example_inputs = [v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in example_inputs]
     with inductor_config.patch(patches or {}):
         _use_inductor_random(gm, example_inputs)
         _attributes_in_one_order(gm)

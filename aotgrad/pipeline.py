@@ -234,7 +234,7 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
                        p.detached_inputs, p.forward.meta.get("num_saved_sizes", 0),
-                       p.backward, bw_compiler, saved_outputs=p.saved_outputs,
+                       p.backward, _in_this_tracing_context(bw_compiler), saved_outputs=p.saved_outputs,
                        repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs),
                        **_own_counter_results(p.forward, p.backward, p.num_forward_outputs, p.epilogue))
     runtime = TrainingRuntime(plan, p.epilogue, enable_grad=p.enable_grad)
@@ -256,6 +256,24 @@ def _without_autocast_compiler(compiler: Callable) -> Callable:
         with torch._C._DisableAutocast() if torch._C._is_any_autocast_enabled() else contextlib.nullcontext():
             compiled = compiler(gm, example_inputs)
         return without_autocast(compiled)
+    return compile_graph
+
+
+def _in_this_tracing_context(compiler: Callable) -> Callable:
+    """`compiler`, called later (a backward variant, built at the first backward that misses
+    some grads) inside dynamo's tracing context of this compile, as now: Inductor finds its
+    shape environment there, without which it neither reads nor fills its graph cache (each
+    process would compile that variant again)."""
+    from torch._guards import TracingContext, tracing
+
+    context = TracingContext.try_get()
+    if context is None:
+        return compiler
+
+    @functools.wraps(compiler)
+    def compile_graph(gm, example_inputs):
+        with tracing(context):
+            return compiler(gm, example_inputs)
     return compile_graph
 
 

@@ -7,8 +7,9 @@ capture, the compile, one forward and backward; wall clock):
   cold  the first process: every cache empty
   warm  the later ones: Inductor's FX graph cache and PyTorch's AOTAutograd cache filled for
         `inductor`; Inductor's FX graph cache and aotgrad's disk cache for `aotgrad_inductor`
-Imports and building the model are not timed. The backends' processes take turns (warm rows
-are medians), so load drifts hit both.
+Imports (Inductor's compile_fx included, which `inductor` imports at torch.compile() and
+`aotgrad_inductor` at its first compile) and building the model are not timed. The backends'
+processes take turns (warm rows are medians), so load drifts hit both.
 
     python benchmarks/warm_start.py --models gpt2,resnet18 --processes 4 --markdown
 """
@@ -33,6 +34,7 @@ def child(model: str, backend: str, threads: int) -> None:
     sys.path.insert(0, HERE)
     import torch
     import zoo
+    import torch._inductor.compile_fx  # noqa: F401  (both backends import it; not timed)
     if backend.startswith("aotgrad"):
         import aotgrad  # noqa: F401  (registers the backend)
     torch.set_num_threads(threads)

@@ -368,19 +368,31 @@ def test_a_graph_from_aotgrads_disk_cache_hits_inductors_graph_cache():
     """A second process loads the partitioned graphs from aotgrad's disk cache; Inductor must
     then find what the first process compiled (its cache key pickles the graph module). Here
     a dynamo reset stands in for the second process: the second compile loads from the disk
-    cache, and both Inductor compiles hit."""
+    cache, and every Inductor compile hits: the forward, the backward, and the backward
+    variant built at the first backward where the second output gets no grad (compiled in
+    dynamo's tracing context, where Inductor finds its shape environment)."""
     from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
 
     from aotgrad import phases
 
-    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
-    x = torch.randn(4, 8)
+    class TwoOutputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+
+        def forward(self, x):
+            y = self.net(x)
+            return y, y.exp()
+
+    model, x = TwoOutputs(), torch.randn(4, 8)
     with fresh_cache():
         for attempt in ("cold", "warm"):
             torch._dynamo.reset()
             counters.clear()
             with phases.watch() as records:
-                torch.compile(model, backend="aotgrad_inductor")(x).sum().backward()
+                y, _ = torch.compile(model, backend="aotgrad_inductor")(x)
+                y.sum().backward()
             assert records[0].disk_cache == ("stored" if attempt == "cold" else "hit"), attempt
-        assert counters["inductor"]["fxgraph_cache_hit"] == 2, dict(counters["inductor"])
+        assert counters["inductor"]["fxgraph_cache_hit"] == 3, dict(counters["inductor"])
+        assert counters["inductor"]["fxgraph_cache_bypass"] == 0, dict(counters["inductor"])

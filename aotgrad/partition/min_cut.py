@@ -281,12 +281,12 @@ def choose_cut(problem: CutProblem, memory_budget: float, budget_bytes: int | No
 def default_cut(problem: CutProblem) -> Cut:
     """The minimum cut at DEFAULT_LAMBDA among the cuts that run no op twice that
     kept_by_default names (compute-bound ops, shrinking reductions, ops a fusing compiler does
-    not fold into a loop, values a matmul of the backward reads): those are priced infinite for it, as PyTorch's partitioner
-    bans their recomputation, so a cheap elementwise chain is recomputed from a value saved
-    anyway rather than a new value saved. (Raising the price of every op until none of them
-    runs twice made the elementwise chains dear too: MobileNetV2 saved a mask per BatchNorm +
-    ReLU6 beside the convolution output it reads.) It saves no more bytes than that
-    price-raised hull cut. Where no finite cut keeps them all (a value the backward needs
+    not fold into a loop, values a matmul of the backward reads): those are priced infinite
+    for it, as PyTorch's partitioner bans their recomputation, so a cheap elementwise chain is
+    recomputed from a value saved anyway rather than a new value saved. (Raising the price of
+    every op until none of them runs twice made the elementwise chains dear too: MobileNetV2
+    saved a mask per BatchNorm + ReLU6 beside the convolution output it reads.) It saves no
+    more bytes than that price-raised hull cut. Where no finite cut keeps them all (a value the backward needs
     that cannot be saved must run again), only compute-bound ops are kept, then none.
 
         (x.sin().cos() @ w).sin() -> saves cos (w's grad reads it) and mm, recomputes x.sin()
