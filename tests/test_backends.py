@@ -234,21 +234,28 @@ def test_first_calls_of_a_compiled_model_from_eight_threads_at_once_match_eager(
 
 # -- torch.compile's mode= and options= (read as backend="inductor" reads them) -------------
 
-def _inductor_config_seen(monkeypatch, **compile_kwargs) -> list[dict]:
-    """Train a small MLP one step under aotgrad_inductor with torch.compile's kwargs; the
-    Inductor config each graph compile (forward, backward) ran under."""
+def _on_each_inductor_compile(monkeypatch, record) -> None:
+    """`record(gm)` before each graph Inductor's compile_fx_inner compiles."""
     import torch._inductor.compile_fx as compile_fx
-    from torch._inductor import config as inductor_config
 
-    seen = []
     original = compile_fx.compile_fx_inner
 
     def recording(gm, example_inputs, **kwargs):
-        seen.append({k: inductor_config.get_config_copy()[k]
-                     for k in ("max_autotune", "triton.cudagraphs", "epilogue_fusion", "coordinate_descent_tuning")})
+        record(gm)
         return original(gm, example_inputs, **kwargs)
 
     monkeypatch.setattr(compile_fx, "compile_fx_inner", recording)
+
+
+def _inductor_config_seen(monkeypatch, **compile_kwargs) -> list[dict]:
+    """Train a small MLP one step under aotgrad_inductor with torch.compile's kwargs; the
+    Inductor config each graph compile (forward, backward) ran under."""
+    from torch._inductor import config as inductor_config
+
+    seen = []
+    _on_each_inductor_compile(monkeypatch, lambda gm: seen.append(
+        {k: inductor_config.get_config_copy()[k]
+         for k in ("max_autotune", "triton.cudagraphs", "epilogue_fusion", "coordinate_descent_tuning")}))
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -317,16 +324,8 @@ def test_aotgrad_inductor_runs_inductors_joint_graph_passes_before_partitioning(
     """Inductor's passes on the joint graph (here: the folding of a uniform constant,
     ones * 2 + 1 -> full(3.0)) run before aotgrad's partitioner, as in Inductor's own
     pipeline: the forward Inductor compiles has the folded constant. Grads as eager's."""
-    import torch._inductor.compile_fx as compile_fx
-
     graphs = []
-    original = compile_fx.compile_fx_inner
-
-    def recording(gm, example_inputs, **kwargs):
-        graphs.append(gm)
-        return original(gm, example_inputs, **kwargs)
-
-    monkeypatch.setattr(compile_fx, "compile_fx_inner", recording)
+    _on_each_inductor_compile(monkeypatch, graphs.append)
 
     def f(x):
         scale = torch.ones(4) * 2 + 1

@@ -184,38 +184,6 @@ def test_budget_one_is_the_best_cut_at_its_price_that_reruns_nothing_it_keeps():
                 assert q * cut.bytes + p * cut.recompute >= q * top.bytes + p * top.recompute, (name, cut, top)
 
 
-def test_budget_one_recomputes_batchnorm_and_relu6_from_the_saved_convolution():
-    """conv -> bn -> relu6 (in place) -> conv, Inductor's decompositions: the backward recomputes
-    the BatchNorm's output and the ReLU6 mask from the convolution's output it reads anyway, as
-    PyTorch's partitioner does, instead of saving a mask per BatchNorm (under Inductor those
-    masks cost MobileNetV2 1.8x of backend="inductor"'s step). Grads as eager's."""
-    import copy
-
-    import torch.nn as nn
-    from torch._inductor.decomposition import select_decomp_table
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU6(inplace=True), nn.Conv2d(4, 4, 1))
-    twin = copy.deepcopy(model)
-    graphs = []
-
-    def fw(gm, example_inputs):
-        graphs.append(gm)
-        return gm
-
-    compiled = aotgrad.aot_module(twin, fw_compiler=fw, bw_compiler=aotgrad.nop, decompositions=select_decomp_table(),
-                                  partition_fn=aotgrad.min_cut_rematerialization_partition)
-    x = torch.randn(2, 3, 8, 8)
-    expected, actual = model(x), compiled(x)
-    expected.square().sum().backward()
-    actual.square().sum().backward()
-    torch.testing.assert_close(actual, expected)
-    for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(q.grad, p.grad)
-    saved = list(graphs[0].graph.nodes)[-1].args[0][1:]
-    assert not any(n.meta["val"].dtype == torch.bool for n in saved if isinstance(n, torch.fx.Node)), saved
-
-
 def _compiled_with_inductors_decompositions(model):
     """`model` under aot_module with Inductor's decompositions and min-cut; its graphs, once called."""
     from torch._inductor.decomposition import select_decomp_table
@@ -232,6 +200,27 @@ def _compiled_with_inductors_decompositions(model):
                                   decompositions=select_decomp_table(),
                                   partition_fn=aotgrad.min_cut_rematerialization_partition)
     return compiled, graphs
+
+
+def test_budget_one_recomputes_batchnorm_and_relu6_from_the_saved_convolution():
+    """conv -> bn -> relu6 (in place) -> conv, Inductor's decompositions: the backward recomputes
+    the BatchNorm's output and the ReLU6 mask from the convolution's output it reads anyway, as
+    PyTorch's partitioner does, instead of saving a mask per BatchNorm (under Inductor those
+    masks cost MobileNetV2 1.8x of backend="inductor"'s step). Grads as eager's."""
+    import copy
+
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU6(inplace=True), nn.Conv2d(4, 4, 1))
+    twin = copy.deepcopy(model)
+    compiled, graphs = _compiled_with_inductors_decompositions(twin)
+    x = torch.randn(2, 3, 8, 8)
+    assert_close_and_backward(model(x), compiled(x))
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    saved = list(graphs["forward"].graph.nodes)[-1].args[0][1:]
+    assert not any(n.meta["val"].dtype == torch.bool for n in saved if isinstance(n, torch.fx.Node)), saved
 
 
 def test_budget_one_saves_a_layer_norms_statistics_and_the_output_a_matmul_reads():
