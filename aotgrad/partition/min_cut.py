@@ -37,9 +37,10 @@ recompute (in this model).
 Which cut (`choose_cut`):
   * budget 1.0 (the default): the minimum cut at DEFAULT_LAMBDA among the cuts that run no
     op twice that a fusing compiler cannot recompute nearly for free (compute-bound ops,
-    shrinking reductions, scans...: cost.kept_from_rerun; those priced infinite). It saves
-    no more bytes than the hull cut at the least price at which none of them runs twice,
-    and may lie above the hull (it recomputes more of the cheap ops for the bytes it saves).
+    shrinking reductions, scans...: cost.kept_from_rerun; those priced infinite), with a
+    value only the backward reads counted twice if the forward saves it (MOVED_BYTES: the
+    forward writes it only to save it). It may lie above the hull (it recomputes more of
+    the cheap ops for the bytes it saves).
   * a budget below 1.0 bounds the saved bytes by memory_budget x the bytes saved when
     nothing is recomputed (`B_all`); config.activation_memory_budget_bytes bounds them too.
     The cut comes from a fixed family: the default cut, then for k = 19 .. 1 the
@@ -85,6 +86,9 @@ SOURCE, SINK = 0, 1
 # recomputed memory traffic, so a chain of up to ~30 pointwise ops is recomputed to avoid
 # saving one tensor of its size (compute-bound ops are kept out: see choose_cut).
 DEFAULT_LAMBDA = (1, 64)
+# The default cut counts a value only the backward reads this many times its bytes if the
+# forward saves it (default_cut): once held, once written by a forward that has no other use for it.
+MOVED_BYTES = 2
 # The budget family's grid: k / BUDGET_STEPS of the bytes saved when nothing is recomputed.
 BUDGET_STEPS = 20
 
@@ -285,27 +289,32 @@ def default_cut(problem: CutProblem) -> Cut:
     for it, as PyTorch's partitioner bans their recomputation, so a cheap elementwise chain is
     recomputed from a value saved anyway rather than a new value saved. (Raising the price of
     every op until none of them runs twice made the elementwise chains dear too: MobileNetV2
-    saved a mask per BatchNorm + ReLU6 beside the convolution output it reads.) It saves no
-    more bytes than that price-raised hull cut. Where no finite cut keeps them all (a value the backward needs
-    that cannot be saved must run again), only compute-bound ops are kept, then none.
+    saved a mask per BatchNorm + ReLU6 beside the convolution output it reads.) Where no
+    finite cut keeps them all (a value the backward needs that cannot be saved must run
+    again), only compute-bound ops are kept, then none.
+    A value only the backward reads (a layer norm's `x - mean`, say) costs MOVED_BYTES times
+    its bytes to save: the forward would write it only to save it, where the backward computes
+    it inside the loop that reads it. PyTorch's partitioner never moves such values into the
+    forward; this cut still does where they are much smaller (a bool mask for a float input).
 
         (x.sin().cos() @ w).sin() -> saves cos (w's grad reads it) and mm, recomputes x.sin()
         conv -> bn -> relu6 -> conv -> saves the convolutions' outputs, recomputes bn, the mask
         layer_norm(x) @ w -> saves the norm's output and its mean and rstd: no var_mean again
+        conv -> layer_norm -> conv -> saves the convolution's output and mean, not `x - mean`
     """
     p, q = DEFAULT_LAMBDA
     if not problem.needed:
         return solve(problem, p, q)
+    moved = {n: b if n in problem.forward_required else MOVED_BYTES * b for n, b in problem.save_bytes.items()}
     for kept in (kept_by_default(problem), {n for n in problem.nodes if cost.is_compute_bound(n)}):
         # only ops the forward may save (a tuple through its getitems): banning one that
         # cannot be saved leaves no finite cut
-        banned = CutProblem(problem.parts, problem.nodes, problem.needed, problem.forward_required,
-                            problem.save_bytes,
+        banned = CutProblem(problem.parts, problem.nodes, problem.needed, problem.forward_required, moved,
                             {n: _INF if n in kept and (problem.save_bytes[n] != _INF or _is_tuple(n)) else c
                              for n, c in problem.costs.items()})
         residual = banned.network.solve(p, q)
         if residual.value <= q * banned.network.total_bytes + p * banned.network.total_cost:
-            return _cut_of(banned, frozenset(residual.source_side()))  # (its costs: the problem's)
+            return _cut_of(problem, frozenset(residual.source_side()))  # (bytes and costs: the problem's)
     return solve(problem, p, q)
 
 
