@@ -85,18 +85,10 @@ class LogLevel(LogLevelTest):
                                                 r"'warning', 'info' or 'debug'"):
             config.log_level = "verbose"
 
-    def test_unknown_level_from_the_environment_names_AOTGRAD_LOG(self):
-        old = os.environ.get("AOTGRAD_LOG")
-        # as `import aotgrad` sets it: unchecked, reported at the first compile
-        os.environ["AOTGRAD_LOG"] = vars(config)["log_level"] = "loud"
-        try:
-            with self.assertRaisesRegex(ValueError, r"^AOTGRAD_LOG is 'loud'.*unset AOTGRAD_LOG"):
-                logs.apply_log_level()
-        finally:
-            if old is None:
-                del os.environ["AOTGRAD_LOG"]
-            else:
-                os.environ["AOTGRAD_LOG"] = old
+    def test_a_level_written_around_the_checks_is_an_error_naming_the_knob(self):
+        vars(config)["log_level"] = "loud"  # (setting the knob, or AOTGRAD_LOG at import, would refuse it)
+        with self.assertRaisesRegex(ValueError, r"^aotgrad.config.log_level is 'loud'.*To continue: set "):
+            logs.apply_log_level()
 
 
 class StderrHandler(LogLevelTest):
@@ -133,7 +125,25 @@ class StderrHandler(LogLevelTest):
         self.assertEqual(log.handlers, [])
 
 
+def _python(code: str, **environment: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **environment}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
 class Environment(unittest.TestCase):
+    def test_an_unknown_AOTGRAD_LOG_fails_the_import_naming_the_variable_and_its_values(self):
+        done = _python("import aotgrad", AOTGRAD_LOG="verbose")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertRegex(done.stderr.strip().splitlines()[-1],
+                         r"ConfigError: AOTGRAD_LOG is 'verbose', which is no log level: it must be 'warning', "
+                         r"'info' or 'debug' \(any case\)\. aotgrad reads it when it is imported\. To continue: "
+                         r"unset AOTGRAD_LOG or set it to one of those")
+
+    def test_a_misspelt_AOTGRAD_LOG_names_the_closest_level(self):
+        done = _python("import aotgrad", AOTGRAD_LOG="debg")
+        self.assertIn("AOTGRAD_LOG is 'debg', which is no log level", done.stderr)
+        self.assertIn("Did you mean 'debug'?", done.stderr)
+
     def test_AOTGRAD_LOG_debug_prints_phase_times_to_stderr(self):
         code = ("import torch, aotgrad\n"
                 "aotgrad.aot_function(lambda x: x.cos(), aotgrad.nop)(torch.randn(2, requires_grad=True))\n")
