@@ -242,6 +242,7 @@ class AotFunction:
         self.cache: dict[tuple, tuple] = {}
         self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
         self.__name__ = getattr(fn, "__name__", "fn")
+        self.source: Callable = fn  # the user's code, which the info line of a compile names (phases.Origin)
         self.last_graphs: tuple = ()
         self.disk_key: str | None = None  # the disk cache's key for fn (a graph), if it has one
         self._fast: Callable | None = None  # the generated call of the entry used last
@@ -316,13 +317,13 @@ class AotFunction:
         load, store = self._disk_cache(key, out_spec)
         try:
             runtime, fw_gm, bw_gm, guard, record = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__,
-                                                        load=load, store=store)
+                                                        source=self.source, load=load, store=store)
             synthetic_base = None
         except MutatedAliasedInputsError as e:
             synthetic_base = SyntheticBase.of(unique, e.group, e)
             runtime, fw_gm, bw_gm, guard, record = compile_flat(synthetic_base.wrap(flat_fn),
                                                         synthetic_base.inputs(tensors, keep),
-                                                        self.options, fn_name=self.__name__)
+                                                        self.options, fn_name=self.__name__, source=self.source)
         self.last_graphs = (fw_gm, bw_gm)
         entry = _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base), record=record)
         if flat_call and synthetic_base is None and entry.guard is None:
@@ -436,6 +437,7 @@ class AotModule(torch.nn.Module):
 
         functional_call.__name__ = type(module).__name__ + ".forward"
         self.compiled = AotFunction(functional_call, options)
+        self.compiled.source = module.forward
 
     def forward(self, *args, **kwargs):
         # While a compile traces the module, its parameters are that compile's fake tensors

@@ -3,8 +3,10 @@ on a terminal say which phase they are in."""
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -51,7 +53,7 @@ class LogLevel(LogLevelTest):
         messages = [r.getMessage() for r in self.records.records]
         for phase in ("trace", "functionalize", "partition", "compile"):
             self.assertTrue(any(f": {phase} " in m and m.endswith(" ms") for m in messages), (phase, messages))
-        self.assertTrue(any("compiled in" in m for m in messages), messages)
+        self.assertTrue(any(m.startswith("aotgrad: compiled forward and backward of ") for m in messages), messages)
 
     def test_info_shows_info_but_not_debug(self):
         config.log_level = "info"
@@ -89,6 +91,44 @@ class LogLevel(LogLevelTest):
         vars(config)["log_level"] = "loud"  # (setting the knob, or AOTGRAD_LOG at import, would refuse it)
         with self.assertRaisesRegex(ValueError, r"^aotgrad.config.log_level is 'loud'.*To continue: set "):
             logs.apply_log_level()
+
+
+def _sine(x):
+    return x.sin()
+
+
+class OneLinePerCompile(LogLevelTest):
+    def messages(self) -> list[str]:
+        return [r.getMessage() for r in self.records.records]
+
+    def test_info_is_one_line_per_compile_naming_the_graphs_the_function_its_file_and_the_time(self):
+        config.log_level = "info"
+        g = aotgrad.aot_function(_sine, aotgrad.nop)
+        g(torch.randn(3, requires_grad=True))
+        g(torch.randn(3, requires_grad=True))  # (no compile)
+        where = f"{_sine.__code__.co_filename}:{_sine.__code__.co_firstlineno}"
+        self.assertEqual(len(self.messages()), 1, self.messages())
+        self.assertRegex(self.messages()[0], rf"^aotgrad: compiled forward and backward of _sine at {re.escape(where)} "
+                                             r"in \d+\.\d ms \(trace \d+\.\d, functionalize \d+\.\d, partition "
+                                             r"\d+\.\d, compile \d+\.\d\)$")
+
+    def test_a_compile_without_backward_says_inference_graph(self):
+        config.log_level = "info"
+        with torch.no_grad():
+            aotgrad.aot_function(_sine, aotgrad.nop)(torch.randn(3, requires_grad=True))
+        self.assertEqual(len(self.messages()), 1, self.messages())
+        self.assertRegex(self.messages()[0], r"^aotgrad: compiled inference graph of _sine at \S+test_logs.py:\d+ in ")
+
+    def test_a_module_is_located_by_its_forward(self):
+        class Scale(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+
+        config.log_level = "info"
+        aotgrad.aot_module(Scale(), aotgrad.nop)(torch.randn(3, requires_grad=True))
+        where = f"{Scale.forward.__code__.co_filename}:{Scale.forward.__code__.co_firstlineno}"
+        self.assertEqual(len(self.messages()), 1, self.messages())
+        self.assertIn(f" of Scale.forward at {where} in ", self.messages()[0])
 
 
 class StderrHandler(LogLevelTest):
@@ -151,7 +191,42 @@ class Environment(unittest.TestCase):
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertRegex(done.stderr, r"aotgrad <lambda>: trace \d+\.\d ms")
-        self.assertRegex(done.stderr, r"aotgrad <lambda>: compiled in \d+\.\d ms")
+        self.assertRegex(done.stderr, r"aotgrad: compiled forward and backward of <lambda> in \d+\.\d ms \(trace ")
+
+
+_TWO_COMPILES = """
+import torch
+
+
+def step(x, w):
+    return (x @ w).relu().sum()
+
+
+compiled = torch.compile(step, backend="aotgrad")
+w = torch.randn(3, 2, requires_grad=True)
+compiled(torch.randn(4, 3), w).backward()
+with torch.no_grad():
+    compiled(torch.randn(4, 3), w)  # grad mode is guarded: a second compile, an inference graph
+compiled(torch.randn(4, 3), w).backward()  # no compile
+"""
+
+
+class TorchCompileInfo(unittest.TestCase):
+    def test_AOTGRAD_LOG_info_gives_one_line_per_torch_compile_compile_naming_the_frame(self):
+        with tempfile.TemporaryDirectory() as directory:
+            script = os.path.join(directory, "two_compiles.py")
+            with open(script, "w") as f:
+                f.write(_TWO_COMPILES)
+            env = {**os.environ, "AOTGRAD_LOG": "info", "AOTGRAD_CACHE_DIR": ""}
+            done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = [line for line in done.stderr.splitlines() if line.startswith("aotgrad")]
+        self.assertEqual(len(lines), 2, done.stderr)
+        where = re.escape(f"{script}:5")
+        self.assertRegex(lines[0], rf"^aotgrad: compiled forward and backward of step at {where} \(torch.compile "
+                                   r"frame 0/0\) in \d+\.\d ms \(")
+        self.assertRegex(lines[1], rf"^aotgrad: compiled inference graph of step at {where} \(torch.compile "
+                                   r"frame 0/1\) in \d+\.\d ms \(")
 
 
 class Terminal(io.StringIO):
