@@ -119,6 +119,16 @@ class OneLinePerCompile(LogLevelTest):
         self.assertEqual(len(self.messages()), 1, self.messages())
         self.assertRegex(self.messages()[0], r"^aotgrad: compiled inference graph of _sine at \S+test_logs.py:\d+ in ")
 
+    def test_a_backward_compiled_later_for_missing_grads_gets_its_own_line(self):
+        config.log_level = "info"
+        x = torch.randn(4, 3)
+        w = torch.randn(3, 2, requires_grad=True)
+        loss, _ = aotgrad.aot_function(_two_outputs, aotgrad.nop)(x, w)
+        loss.backward()  # no grad for the second output: a backward without tangents_2 is compiled
+        self.assertEqual(len(self.messages()), 2, self.messages())
+        self.assertRegex(self.messages()[1], r"^aotgrad: compiled backward without tangents_2 of _two_outputs at "
+                                             r"\S+test_logs.py:\d+ in \d+\.\d ms$")
+
     def test_a_module_is_located_by_its_forward(self):
         class Scale(torch.nn.Module):
             def forward(self, x):
@@ -227,6 +237,175 @@ class TorchCompileInfo(unittest.TestCase):
                                    r"frame 0/0\) in \d+\.\d ms \(")
         self.assertRegex(lines[1], rf"^aotgrad: compiled inference graph of step at {where} \(torch.compile "
                                    r"frame 0/1\) in \d+\.\d ms \(")
+
+
+# -- PyTorch's logs: TORCH_LOGS artifacts and the TORCH_TRACE trace -----------------------------
+
+from torch._logging._internal import trace_log  # noqa: E402  (PyTorch's structured trace)
+
+from aotgrad import torch_logs  # noqa: E402
+
+
+def _step(x, w):
+    return (x @ w).relu().sum()
+
+
+def _two_outputs(x, w):
+    y = (x @ w).relu()
+    return y.sum(), y.exp()
+
+
+class Trace(logging.Handler):
+    """Collects (name, metadata, payload) of what torch._logging.trace_structured emits."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.events: list[tuple[str, dict, str]] = []
+
+    def emit(self, record):
+        metadata = record.metadata
+        name = next(iter(metadata))
+        if name == "artifact":
+            name = metadata["artifact"]["name"]
+        self.events.append((name, metadata, record.payload or ""))
+
+    def payload(self, name: str) -> str:
+        payloads = [payload for event, _, payload in self.events if event == name]
+        assert len(payloads) == 1, (name, [event for event, _, _ in self.events])
+        return payloads[0]
+
+
+class TorchLogs(unittest.TestCase):
+    """What TORCH_LOGS / torch._logging.set_logs and TORCH_TRACE show of aotgrad's graphs."""
+
+    def setUp(self):
+        torch._dynamo.reset()
+        self.patch = config.patch(cache_dir=None)  # (a graph from the disk cache has no joint to show)
+        self.patch.__enter__()
+        self.x, self.w = torch.randn(4, 3), torch.randn(3, 2, requires_grad=True)
+        self.trace_handlers = trace_log.handlers[:]
+
+    def tearDown(self):
+        trace_log.handlers[:] = self.trace_handlers
+        torch._logging.set_logs()  # PyTorch's defaults again
+        self.patch.__exit__(None, None, None)
+        torch._dynamo.reset()
+
+    def logs_of(self, fn, **artifacts) -> str:
+        """What PyTorch's handlers print while `fn` is compiled and run with `artifacts` on."""
+        stderr, sys.stderr = sys.stderr, io.StringIO()
+        try:
+            torch._logging.set_logs(**artifacts)  # (its handlers write to sys.stderr as it is now)
+            fn()
+            return sys.stderr.getvalue()
+        finally:
+            sys.stderr = stderr
+
+    def train_step(self, fn=_step):
+        out = torch.compile(fn, backend="aotgrad")(self.x, self.w)
+        (out[0] if isinstance(out, tuple) else out).backward()
+
+    def test_aot_graphs_prints_the_forward_and_backward_with_source_lines(self):
+        text = self.logs_of(self.train_step, aot_graphs=True)
+        where = f"{_step.__code__.co_filename}:{_step.__code__.co_firstlineno}"
+        line = f"test_logs.py:{_step.__code__.co_firstlineno + 1}  return (x @ w).relu().sum()"
+        self.assertIn(f"[__aot_graphs]  ===== aotgrad: Forward graph of _step at {where} (torch.compile frame 0/0)",
+                      text)
+        self.assertIn('[__aot_graphs] def forward(self, primals_1: "f32[4, 3]", primals_2: "f32[3, 2]"):', text)
+        self.assertRegex(text, rf'\[__aot_graphs\]     mm: "f32\[4, 2\]" = aten.mm.default\(primals_1, primals_2\)  '
+                               rf"# {re.escape(line)}\n")
+        self.assertIn("[__aot_graphs]  ===== aotgrad: Backward graph of _step at ", text)
+        self.assertRegex(text, rf"\[__aot_graphs\]     mm_1: .* # {re.escape(line)}  <- aten.mm.default\n")
+        self.assertNotIn("Joint graph", text)
+
+    def test_aot_joint_graph_prints_the_joint_graph_only(self):
+        text = self.logs_of(self.train_step, aot_joint_graph=True)
+        self.assertIn("[__aot_joint_graph]  ===== aotgrad: Joint graph of _step at ", text)
+        self.assertIn('[__aot_joint_graph] def joint(self, primals_1: "f32[4, 3]", primals_2: "f32[3, 2]", '
+                      'tangents_1: "f32[]"):', text)
+        self.assertNotIn("[__aot_graphs]", text)
+
+    def test_a_graph_without_backward_is_the_inference_graph(self):
+        def run():
+            with torch.no_grad():
+                torch.compile(_step, backend="aotgrad")(self.x, self.w)
+        text = self.logs_of(run, aot_graphs=True)
+        self.assertIn("[__aot_graphs]  ===== aotgrad: Inference graph of _step at ", text)
+        self.assertIn("[__aot_graphs] def inference(self, ", text)
+        self.assertNotIn("Backward graph", text)
+
+    def test_a_backward_compiled_later_for_missing_grads_is_printed_naming_them(self):
+        text = self.logs_of(lambda: self.train_step(_two_outputs), aot_graphs=True)
+        self.assertIn("[__aot_graphs]  ===== aotgrad: Backward graph without tangents_2 of _two_outputs at ", text)
+
+    def test_the_trace_has_the_graphs_under_pytorchs_names_with_source_lines(self):
+        trace = Trace()
+        trace_log.handlers[:] = [trace]  # as TORCH_TRACE would have it
+        self.train_step(_two_outputs)
+        line = f"test_logs.py:{_two_outputs.__code__.co_firstlineno + 1}  y = (x @ w).relu()"
+        self.assertRegex(trace.payload("aot_joint_graph"), r"^def joint\(self, primals_1: .*tangents_2")
+        self.assertRegex(trace.payload("aot_forward_graph"), rf"^def forward\(self, .*\n    mm: .*# {re.escape(line)}\n")
+        self.assertRegex(trace.payload("aot_backward_graph"), r"^def backward\(self, .*tangents_1.*tangents_2")
+        self.assertRegex(trace.payload("aot_backward_graph_without_tangents_2"), r"^def backward\(self, .*tangents_1")
+        for name in ("aot_forward_graph", "aot_backward_graph_without_tangents_2"):  # (the latter compiled later)
+            _, metadata, _ = next(event for event in trace.events if event[0] == name)
+            self.assertEqual((metadata["frame_id"], metadata["frame_compile_id"]), (0, 0), name)
+
+    def test_the_trace_has_the_inference_graph_under_its_name(self):
+        trace = Trace()
+        trace_log.handlers[:] = [trace]
+        with torch.no_grad():
+            torch.compile(_step, backend="aotgrad")(self.x, self.w)
+        self.assertRegex(trace.payload("aot_inference_graph"), r"^def inference\(self, ")
+
+    def test_nothing_is_printed_or_formatted_when_neither_log_nor_trace_is_on(self):
+        trace_log.handlers[:] = []  # TORCH_TRACE unset (PyTorch's lazy handler gone, as after its first event)
+        records = Records()
+        for artifact in ("aot_graphs", "aot_joint_graph"):
+            torch_logs.artifact_log(artifact).addHandler(records)
+        formatted = []
+        format_graph = torch_logs.format_graph
+        torch_logs.format_graph = lambda *args, **kwargs: formatted.append(args) or format_graph(*args, **kwargs)
+        try:
+            self.train_step(_two_outputs)
+        finally:
+            torch_logs.format_graph = format_graph
+            for artifact in ("aot_graphs", "aot_joint_graph"):
+                torch_logs.artifact_log(artifact).removeHandler(records)
+        self.assertEqual((records.records, formatted), ([], []))
+
+
+_TRACED = """
+import torch
+
+
+def step(x, w):
+    return (x @ w).relu().sum()
+
+
+torch.compile(step, backend="aotgrad")(torch.randn(4, 3), torch.randn(3, 2, requires_grad=True)).backward()
+"""
+
+
+class TorchTrace(unittest.TestCase):
+    def test_TORCH_TRACE_writes_aotgrads_graphs_where_tlparse_reads_them(self):
+        with tempfile.TemporaryDirectory() as directory:
+            script = os.path.join(directory, "traced.py")
+            with open(script, "w") as f:
+                f.write(_TRACED)
+            trace_dir = os.path.join(directory, "trace")
+            env = {**os.environ, "TORCH_TRACE": trace_dir, "AOTGRAD_CACHE_DIR": ""}
+            done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=300)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            (log_file,) = os.listdir(trace_dir)
+            with open(os.path.join(trace_dir, log_file)) as f:
+                text = f.read()
+        for name, head in (("aot_joint_graph", "def joint("), ("aot_forward_graph", "def forward("),
+                           ("aot_backward_graph", "def backward(")):
+            # a line of metadata (the name, the frame), then the payload, each line indented by a tab
+            self.assertRegex(text, rf'aotgrad/torch_logs.py:\d+\] {{"{name}": {{}}, "frame_id": 0, '
+                                   rf'"frame_compile_id": 0, .*"has_payload": "[0-9a-f]+"}}\n\t{re.escape(head)}')
+        self.assertRegex(text, r'\n\t    mm: "f32\[4, 2\]" = aten.mm.default\(primals_1, primals_2\)  # traced.py:6  ')
 
 
 class Terminal(io.StringIO):
