@@ -70,7 +70,9 @@ def origin_of(fn_name: str, source: Callable | None = None) -> Origin:
     compile_id = CompileContext.current_compile_id()
     if context is not None and context.traced_code:
         code = context.traced_code[0]
-        return Origin(getattr(code, "co_qualname", code.co_name), _location(code), compile_id)
+        # (Model.forward; a function defined in another is named as itself: f, not g.<locals>.f)
+        name = getattr(code, "co_qualname", code.co_name).rsplit(".<locals>.", 1)[-1]
+        return Origin(name, _location(code), compile_id)
     code = getattr(inspect.unwrap(source), "__code__", None) if source is not None else None
     return Origin(fn_name, _location(code) if code is not None else "", compile_id)
 

@@ -131,7 +131,7 @@ class Partitioned:
 
 
 def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
-                 fn_name: str = "fn", source: Callable | None = None,
+                 fn_name: str = "fn", origin: Origin | None = None,
                  load: Callable[[Any], Partitioned | None] | None = None,
                  store: Callable[[Partitioned], str] | None = None):
     """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake).
@@ -140,13 +140,13 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     when aotgrad made the symbolic sizes itself (dynamic=True on real inputs: a check that
     other inputs satisfy what the trace assumed about their sizes), and the compile's record.
     `load(fake_mode)` and `store(partitioned)` (the disk cache) skip the trace on a hit and
-    keep what was traced on a miss; `store` returns what it did, for the record. `source` (the
-    user's function) locates the compile in logs when torch.compile's frame does not."""
+    keep what was traced on a miss; `store` returns what it did, for the record. `origin` says
+    where the compile comes from in logs (default: `origin_of(fn_name)`)."""
     # dynamic=True on real inputs: aotgrad makes the symbols (and checks their guards per call);
     # under torch.compile the symbolic fakes come with the inputs and dynamo guards them
     own_symbols = options.dynamic and detect_fake_mode(list(example_args)) is None
     fake_mode = fake_mode_for(example_args, own_symbols)
-    phases = Phases(fn_name, origin=origin_of(fn_name, source))
+    phases = Phases(fn_name, origin=origin or origin_of(fn_name))
     partitioned = guard = None
     if load is not None and not own_symbols:  # (the disk cache keeps no symbolic graphs)
         with phases("disk cache load"):

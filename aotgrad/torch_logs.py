@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Callable
 
 import torch
 import torch.fx as fx
@@ -71,3 +72,19 @@ def log_graph(kind: str, gm: fx.GraphModule, origin, *, variant: str = "") -> No
         # (trace_structured calls payload_fn only when the trace is on: TORCH_TRACE)
         torch._logging.trace_structured(trace_name, payload_fn=lambda: format_graph(gm, kind),
                                         compile_id=origin.compile_id)
+
+
+def log_recompile(origin, changes: Callable[[], list[str]]) -> None:
+    """Say under TORCH_LOGS=recompiles that aotgrad compiles `origin` (phases.Origin) again for
+    inputs none of its entries fits, and why (`changes()`, called only when shown), as Dynamo
+    says why it recompiles a frame. Under torch.compile Dynamo's guards catch most changes
+    first; what they leave to aotgrad (an input's storage offset) shows here.
+
+        Recompiling step at /x/train.py:3 (torch.compile frame 0/0) in aotgrad, for inputs its
+        compiled entries do not fit:
+            - input 1 (L_x_): storage offset 1, now 0
+    """
+    log = artifact_log("recompiles")
+    if log.isEnabledFor(logging.DEBUG):  # (Dynamo logs recompiles at debug level too)
+        log.debug("Recompiling %s in aotgrad, for inputs its compiled entries do not fit:\n%s", origin,
+                  "\n".join(f"    - {change}" for change in changes()))

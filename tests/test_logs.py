@@ -140,6 +140,28 @@ class OneLinePerCompile(LogLevelTest):
         self.assertEqual(len(self.messages()), 1, self.messages())
         self.assertIn(f" of Scale.forward at {where} in ", self.messages()[0])
 
+    def test_a_compile_after_dynamos_names_dynamos_frame_too(self):
+        config.log_level = "info"
+        torch._dynamo.reset()
+        base, w = torch.randn(5), torch.randn(4, requires_grad=True)
+        compiled = torch.compile(lambda x, w: (x * w).sum(), backend="aotgrad")
+        compiled(base[1:], w)
+        compiled(base[:-1], w)  # aotgrad compiles again, at run time (Dynamo does not guard offsets)
+        self.assertEqual(len(self.messages()), 2, self.messages())
+        for message in self.messages():
+            self.assertRegex(message, r" of <lambda> at \S+test_logs.py:\d+ \(torch.compile frame 0/0\) in ")
+
+    def test_under_torch_compile_a_module_is_named_by_its_class_and_forward(self):
+        class Scale(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+
+        config.log_level = "info"
+        torch._dynamo.reset()
+        torch.compile(Scale(), backend="aotgrad")(torch.randn(3, requires_grad=True))
+        where = f"{Scale.forward.__code__.co_filename}:{Scale.forward.__code__.co_firstlineno}"
+        self.assertIn(f" of Scale.forward at {where} (torch.compile frame 0/0) in ", self.messages()[-1])
+
 
 class StderrHandler(LogLevelTest):
     def setUp(self):
@@ -357,6 +379,32 @@ class TorchLogs(unittest.TestCase):
         with torch.no_grad():
             torch.compile(_step, backend="aotgrad")(self.x, self.w)
         self.assertRegex(trace.payload("aot_inference_graph"), r"^def inference\(self, ")
+
+    def test_recompiles_says_why_aotgrad_compiles_a_torch_compile_graph_again(self):
+        base = torch.randn(5)
+        compiled = torch.compile(lambda x, w: (x * w).sum(), backend="aotgrad")
+        w = torch.randn(4, requires_grad=True)
+
+        def run():
+            compiled(base[1:], w).backward()
+            compiled(base[:-1], w).backward()  # Dynamo's guards pass (it does not guard offsets); aotgrad's do not
+        text = self.logs_of(run, recompiles=True)
+        self.assertRegex(text, r"\[__recompiles\] Recompiling <lambda> at \S+test_logs.py:\d+ \(torch.compile frame 0/0\) "
+                               r"in aotgrad, for inputs its compiled entries do not fit:\n")
+        self.assertIn("[__recompiles]     - input 0 (L_x_): storage offset 1, now 0\n", text)
+        self.assertEqual(text.count("Recompiling"), 1, text)
+
+    def test_recompiles_names_each_change_of_an_aot_function_call(self):
+        g = aotgrad.aot_function(_sine, aotgrad.nop)
+
+        def run():
+            g(torch.randn(3, requires_grad=True))
+            with torch.no_grad():
+                g(torch.randn(4, requires_grad=True))
+        text = self.logs_of(run, recompiles=True)
+        self.assertIn(f"Recompiling _sine at {_sine.__code__.co_filename}:{_sine.__code__.co_firstlineno} in aotgrad", text)
+        self.assertIn("    - grad mode: on, now off\n", text)
+        self.assertIn("    - input 0: sizes [3], now [4]\n", text)
 
     def test_nothing_is_printed_or_formatted_when_neither_log_nor_trace_is_on(self):
         trace_log.handlers[:] = []  # TORCH_TRACE unset (PyTorch's lazy handler gone, as after its first event)
