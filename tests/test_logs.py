@@ -347,6 +347,11 @@ class TorchLogs(unittest.TestCase):
                       'tangents_1: "f32[]"):', text)
         self.assertNotIn("[__aot_graphs]", text)
 
+    def test_pytorchs_aot_log_shows_aotgrads_graphs_as_it_shows_aotautograds(self):
+        text = self.logs_of(self.train_step, aot=logging.INFO)
+        self.assertIn("[__aot_joint_graph]  ===== aotgrad: Joint graph of _step at ", text)
+        self.assertIn("[__aot_graphs]  ===== aotgrad: Forward graph of _step at ", text)
+
     def test_a_graph_without_backward_is_the_inference_graph(self):
         def run():
             with torch.no_grad():
