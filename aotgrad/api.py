@@ -22,7 +22,9 @@ from torch._guards import detect_fake_mode
 
 from aotgrad import disk_cache
 from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs, unknown_option_error
+from aotgrad.phases import Origin, origin_of
 from aotgrad.pipeline import Options, compile_flat
+from aotgrad.torch_logs import log_recompile
 from aotgrad.runtime.boxed import boxed_graph
 from aotgrad.runtime.wrapper import MISS, call_code
 
@@ -43,6 +45,41 @@ def _tensor_key(t: torch.Tensor) -> tuple:
 
 def _dynamic_tensor_key(t: torch.Tensor) -> tuple:
     return (t.dim(), t.dtype, t.device, t.requires_grad, t.requires_grad and t.is_leaf)
+
+
+_KEY_FIELDS = {_tensor_key: ("sizes", "strides", "storage offset", "dtype", "device", "requires_grad",
+                             "is a leaf requiring grad"),
+               _dynamic_tensor_key: ("rank", "dtype", "device", "requires_grad", "is a leaf requiring grad")}
+
+
+def _key_changes(old: tuple, new: tuple, tensor_key: Callable, names: list[str] | None) -> list[str]:
+    """What differs between two keys of AotFunction's caches, for the recompiles log. Both
+    end in (duplicates, shared memory, grad mode, one tensor_key per tensor).
+
+        input 1 (L_x_): storage offset 1, now 0
+    """
+    if old == new:
+        return ["the inputs fail the size guards of the entry compiled for symbolic sizes"]
+    *old_rest, old_source, old_groups, old_grad, old_tensors = old
+    *new_rest, new_source, new_groups, new_grad, new_tensors = new
+    changes = []
+    if old_rest != new_rest or len(old_tensors) != len(new_tensors):
+        changes.append("the arguments' structure or non-tensor values")
+    if old_grad != new_grad:
+        changes.append(f"grad mode: {'on' if old_grad else 'off'}, now {'on' if new_grad else 'off'}")
+    if old_source != new_source:
+        changes.append(f"which inputs are one tensor: {list(old_source)}, now {list(new_source)}")
+    if old_groups != new_groups:
+        changes.append(f"which inputs share memory: {list(old_groups)}, now {list(new_groups)}")
+    for i, (was, now) in enumerate(zip(old_tensors, new_tensors)):
+        name = f" ({names[i]})" if names is not None and i < len(names) else ""
+        changes += [f"input {i}{name}: {field} {_shown(a)}, now {_shown(b)}"
+                    for field, a, b in zip(_KEY_FIELDS[tensor_key], was, now) if a != b]
+    return changes
+
+
+def _shown(value) -> Any:
+    return list(value) if isinstance(value, torch.Size) else value
 
 
 def _dedupe(tensors: Sequence[torch.Tensor]) -> tuple[list[int], tuple[int, ...]]:
@@ -242,6 +279,11 @@ class AotFunction:
         self.cache: dict[tuple, tuple] = {}
         self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
         self.__name__ = getattr(fn, "__name__", "fn")
+        self.source: Callable = fn  # the user's code, which logs name (phases.Origin)
+        # where the first compile came from (under torch.compile: Dynamo's frame), also named by
+        # the logs of later compiles, which run outside Dynamo's compile
+        self.origin: Origin | None = None
+        self.input_names: list[str] | None = None  # for the recompiles log; None: "input 3"
         self.last_graphs: tuple = ()
         self.disk_key: str | None = None  # the disk cache's key for fn (a graph), if it has one
         self._fast: Callable | None = None  # the generated call of the entry used last
@@ -314,15 +356,20 @@ class AotFunction:
 
         unique = [tensors[i] for i in keep]
         load, store = self._disk_cache(key, out_spec)
+        cache = self.flat_cache if flat_call else self.cache
+        if cache:  # a compile for inputs no entry fits: say what changed (TORCH_LOGS=recompiles)
+            log_recompile(self.origin, lambda: _key_changes(next(reversed(cache)), key, self._tensor_key,
+                                                            self.input_names))
+        self.origin = self.origin or origin_of(self.__name__, self.source)
         try:
             runtime, fw_gm, bw_gm, guard, record = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__,
-                                                        load=load, store=store)
+                                                        origin=self.origin, load=load, store=store)
             synthetic_base = None
         except MutatedAliasedInputsError as e:
             synthetic_base = SyntheticBase.of(unique, e.group, e)
             runtime, fw_gm, bw_gm, guard, record = compile_flat(synthetic_base.wrap(flat_fn),
                                                         synthetic_base.inputs(tensors, keep),
-                                                        self.options, fn_name=self.__name__)
+                                                        self.options, fn_name=self.__name__, origin=self.origin)
         self.last_graphs = (fw_gm, bw_gm)
         entry = _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base), record=record)
         if flat_call and synthetic_base is None and entry.guard is None:
@@ -436,6 +483,7 @@ class AotModule(torch.nn.Module):
 
         functional_call.__name__ = type(module).__name__ + ".forward"
         self.compiled = AotFunction(functional_call, options)
+        self.compiled.source = module.forward
 
     def forward(self, *args, **kwargs):
         # While a compile traces the module, its parameters are that compile's fake tensors

@@ -7,7 +7,8 @@
 
 Each knob is checked as it is set: a name that is no knob (a typo) or a value the knob cannot
 take raises at once, naming the closest knob or the values it takes (`_KNOBS`). The defaults,
-below, are set at import unchecked: AOTGRAD_LOG is reported at the first compile (logs.py).
+below, are set at import; the one an environment variable can make wrong, AOTGRAD_LOG, is
+checked at the end of the module, so a bad value fails `import aotgrad` (`_check_environment`).
 """
 import contextlib
 import difflib
@@ -48,7 +49,7 @@ def _default_cache_dir() -> str | None:
 # (created on first store; keep it private: entries are pickles), or None for no disk cache.
 # Read on every compile. `aotgrad.disk_cache.clear()` empties it.
 cache_dir = _default_cache_dir()
-# Level of the `aotgrad` loggers: "warning", "info" or "debug"; AOTGRAD_LOG overrides.
+# Level of the `aotgrad` loggers: "warning", "info" or "debug"; AOTGRAD_LOG overrides (checked at import).
 log_level = os.environ.get("AOTGRAD_LOG", "warning")
 # Lint every stage's graph and check aotgrad's invariants (slower; for debugging).
 check_graphs = False
@@ -189,7 +190,7 @@ class _Patch(contextlib.ContextDecorator):
         return self
 
     def __exit__(self, *exc_info) -> bool:
-        # the previous values go back unchecked: they were there (AOTGRAD_LOG's, say, may not pass)
+        # the previous values go back unchecked: they were there (written around the checks, maybe)
         globals().update(self._saved.pop())
         return False
 
@@ -225,4 +226,19 @@ def patch(name_or_changes: str | dict[str, Any] | None = None, value: Any = _NOT
     return _Patch({name: _checked(name, v) for name, v in changes.items()})
 
 
+# -- the environment ---------------------------------------------------------------------------
+
+def _check_environment() -> None:
+    """Raise ConfigError if AOTGRAD_LOG, read above as log_level's default, is no log level: at
+    import, before anything was compiled with a level nobody asked for."""
+    value = log_level
+    if not _is_log_level(value):
+        close = _closest(value, _KNOBS["log_level"].choices)
+        raise ConfigError(f"AOTGRAD_LOG is {value!r}, which is no log level: it must be "
+                          f"{_KNOBS['log_level'].must_be}." + (f" Did you mean {close!r}?" if close else "")
+                          + " aotgrad reads it when it is imported. To continue: unset AOTGRAD_LOG or set "
+                          "it to one of those (or set aotgrad.config.log_level in code).")
+
+
+_check_environment()
 sys.modules[__name__].__class__ = _ConfigModule

@@ -12,7 +12,6 @@ changed since the last call.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 LEVELS = {"warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
@@ -44,9 +43,9 @@ class _Stderr(logging.StreamHandler):
 def apply_log_level() -> None:
     """Give the `aotgrad` loggers the level `aotgrad.config.log_level` names.
 
-    Case-insensitive "warning", "info" or "debug"; anything else raises ValueError naming
-    the knob (setting the knob checks the value already; AOTGRAD_LOG, read unchecked at
-    import, is reported here). Cheap when nothing changed (one comparison), so call it per compile."""
+    Case-insensitive "warning", "info" or "debug"; the knob checks the value as it is set (and
+    AOTGRAD_LOG at import), so anything else got there around the checks and raises ValueError
+    naming the knob. Cheap when nothing changed (one comparison), so call it per compile."""
     from aotgrad import config
 
     value = config.log_level
@@ -58,12 +57,8 @@ def apply_log_level() -> None:
 def _level_of(value) -> int:
     level = LEVELS.get(str(value).strip().lower()) if isinstance(value, str) else None
     if level is None:
-        from_env = os.environ.get("AOTGRAD_LOG") == value
-        knob = "AOTGRAD_LOG" if from_env else "aotgrad.config.log_level"
-        raise ValueError(f"{knob} is {value!r}; it must be one of 'warning', 'info' or 'debug' "
-                         "(any case). To continue: "
-                         + ("unset AOTGRAD_LOG or set it to one of those." if from_env
-                            else "set aotgrad.config.log_level to one of those."))
+        raise ValueError(f"aotgrad.config.log_level is {value!r}; it must be one of 'warning', 'info' or "
+                         "'debug' (any case). To continue: set aotgrad.config.log_level to one of those.")
     return level
 
 

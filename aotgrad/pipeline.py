@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -29,8 +30,9 @@ from aotgrad.partition.cost import storage_root
 from aotgrad.partition.graphs import copy_saved_aliases
 from aotgrad.runtime.boxed import without_autocast
 from aotgrad.partition.inspection import report as partition_report
-from aotgrad.phases import Phases
+from aotgrad.phases import Origin, Phases, log_compiled, origin_of
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
+from aotgrad.torch_logs import log_graph
 from aotgrad.trace import fake_mode_for, to_fake
 
 log = logging.getLogger("aotgrad")
@@ -129,7 +131,8 @@ class Partitioned:
 
 
 def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
-                 fn_name: str = "fn", load: Callable[[Any], Partitioned | None] | None = None,
+                 fn_name: str = "fn", origin: Origin | None = None,
+                 load: Callable[[Any], Partitioned | None] | None = None,
                  store: Callable[[Partitioned], str] | None = None):
     """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake).
 
@@ -137,12 +140,13 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     when aotgrad made the symbolic sizes itself (dynamic=True on real inputs: a check that
     other inputs satisfy what the trace assumed about their sizes), and the compile's record.
     `load(fake_mode)` and `store(partitioned)` (the disk cache) skip the trace on a hit and
-    keep what was traced on a miss; `store` returns what it did, for the record."""
+    keep what was traced on a miss; `store` returns what it did, for the record. `origin` says
+    where the compile comes from in logs (default: `origin_of(fn_name)`)."""
     # dynamic=True on real inputs: aotgrad makes the symbols (and checks their guards per call);
     # under torch.compile the symbolic fakes come with the inputs and dynamo guards them
     own_symbols = options.dynamic and detect_fake_mode(list(example_args)) is None
     fake_mode = fake_mode_for(example_args, own_symbols)
-    phases = Phases(fn_name)
+    phases = Phases(fn_name, origin=origin or origin_of(fn_name))
     partitioned = guard = None
     if load is not None and not own_symbols:  # (the disk cache keeps no symbolic graphs)
         with phases("disk cache load"):
@@ -195,6 +199,7 @@ def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Opti
         record.forward = gm
         return Partitioned(gm, None, epilogue, dead_ends=dead_ends)
     partition_fn = options.partition_fn or default_partition
+    log_graph("joint", gm, record.origin)  # (before the partitioner: aotgrad_inductor's passes rewrite it)
     with phases("partition"):
         # inputs the caller gets back (itself or a view): it may write into them before the backward
         gm.meta["returned_inputs"] = sorted({info.index for info in traced.analysis.outputs
@@ -223,18 +228,22 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     record.tangent_sources, record.grad_inputs = p.tangent_sources, p.grad_inputs
     if p.backward is None:
         compiler = _without_autocast_compiler(options.inference_compiler or options.fw_compiler)
+        log_graph("inference", p.forward, record.origin)
         with phases("compile"):
             forward = compiler(p.forward, _placeholder_vals(p.forward))
         return InferenceRuntime(forward, p.epilogue, p.dead_ends)
     fw_compiler = _without_autocast_compiler(options.fw_compiler)
     bw_compiler = _without_autocast_compiler(options.bw_compiler or options.fw_compiler)
+    log_graph("forward", p.forward, record.origin)
+    log_graph("backward", p.backward, record.origin)
     with phases("compile"):
         forward = fw_compiler(p.forward, _placeholder_vals(p.forward))
         backward = bw_compiler(p.backward, _placeholder_vals(p.backward))
     plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
                        p.detached_inputs, p.forward.meta.get("num_saved_sizes", 0),
-                       p.backward, _in_this_tracing_context(bw_compiler), saved_outputs=p.saved_outputs,
+                       p.backward, _in_this_tracing_context(_logging_variants(bw_compiler, p.backward, record.origin)),
+                       saved_outputs=p.saved_outputs,
                        repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs),
                        **_own_counter_results(p.forward, p.backward, p.num_forward_outputs, p.epilogue))
     runtime = TrainingRuntime(plan, p.epilogue, enable_grad=p.enable_grad)
@@ -257,6 +266,24 @@ def _without_autocast_compiler(compiler: Callable) -> Callable:
             compiled = compiler(gm, example_inputs)
         return without_autocast(compiled)
     return compile_graph
+
+
+def _logging_variants(compiler: Callable, backward: fx.GraphModule, origin: Origin) -> Callable:
+    """`compiler` for the backward's variants (RuntimePlan.backward_without: calls where some
+    outputs get no gradient), compiled at such a call: each variant's graph goes to PyTorch's
+    logs (torch_logs.py) and its compile gets its info line, naming the tangents it lacks."""
+    tangents = [n.target for n in backward.graph.find_nodes(op="placeholder") if n.target.startswith("tangents")]
+
+    @functools.wraps(compiler)
+    def compile_variant(gm: fx.GraphModule, example_inputs):
+        kept = {n.target for n in gm.graph.find_nodes(op="placeholder")}
+        variant = "without " + ", ".join(t for t in tangents if t not in kept)
+        log_graph("backward", gm, origin, variant=variant)
+        start = time.perf_counter()
+        compiled = compiler(gm, example_inputs)
+        log_compiled(f"backward {variant}", origin, time.perf_counter() - start)
+        return compiled
+    return compile_variant
 
 
 def _in_this_tracing_context(compiler: Callable) -> Callable:

@@ -99,6 +99,8 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     examples = symbolic_examples(gm, example_inputs)
     if not any(_is_symbolic(v) for v in examples):
         compiled = AotFunction(_ModuleAsFunction(gm, names), options)
+        if isinstance(gm, fx.GraphModule):  # (dynamo's names: L_x_, L_self_modules_fc_parameters_weight_)
+            compiled.input_names = names + [node.target for node in gm.graph.find_nodes(op="placeholder")]
         compiled.disk_key = disk_cache.graph_key(gm, options)
         compiled.precompile(*params, *examples)
         return _runner(compiled, params)

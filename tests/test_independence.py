@@ -148,6 +148,11 @@ def snapshot():
                   "deterministic": torch.are_deterministic_algorithms_enabled(),
                   "execution_engine": id(torch.autograd.Variable._execution_engine),
                   "optimize_ddp": repr(torch._dynamo.config.optimize_ddp)})
+    # PyTorch's logging: aotgrad makes its artifact loggers at the first compile (torch_logs.py)
+    registry = torch._logging._internal.log_registry
+    state.update({"torch._logging.artifact_loggers": repr(sorted(registry.artifact_log_qnames)),
+                  "torch._logging.logs": repr(sorted(registry.get_log_qnames())),
+                  "torch._logging.artifacts": repr(sorted(registry.artifact_names))})
     return state
 
 
@@ -177,7 +182,7 @@ def _run_python(code: str, *args: str) -> str:
 def test_importing_aotgrad_leaves_pytorchs_configs_and_state_as_they_were():
     """In a fresh process: Dynamo's, Inductor's and functorch's configs (optimize_ddp among
     them: DDP splitting stays PyTorch's to choose), grad mode, dtype, the autograd engine,
-    and PyTorch's functions and classes are what they were."""
+    PyTorch's logging registry, and PyTorch's functions and classes are what they were."""
     import json
 
     assert json.loads(_run_python(_SNAPSHOT)) == KNOWN_CHANGES

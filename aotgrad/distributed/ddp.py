@@ -86,7 +86,7 @@ def compile_in_ddp(gm: fx.GraphModule, example_inputs: Sequence[Any], compile_wh
     compiled = opt.compile_fn(gm, example_inputs)
     counters["ddp"]["graphs_split"] += len(opt.buckets) > 1
     counters["ddp"]["pieces"] += len(opt.buckets)
-    log.info("DDP: %d bucket(s), %s", len(opt.buckets), [b.size for b in opt.buckets])
+    log.debug("DDP: %d bucket(s), %s", len(opt.buckets), [b.size for b in opt.buckets])
     history.append(opt)
     del history[:-32]
     return compiled

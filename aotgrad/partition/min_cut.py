@@ -53,7 +53,7 @@ Which cut (`choose_cut`):
     is at most the peak at b1 - as long as a record fits b2's bound. Where none does (every
     cut that fits peaks higher than one saving more: a value whose recomputation needs
     large temporaries, say), the bound wins: the lowest-peak member that fits, logged at
-    info level. A budget of k/20 gets the least-recompute cut for exactly its bound when
+    debug level (info is one line per compile). A budget of k/20 gets the least-recompute cut for exactly its bound when
     that cut is a record; a bound between grid points gets a member at or below the grid
     point under it (a cut that fills the bound exactly would make the family depend on
     the bound, and the guarantee with it).
@@ -403,7 +403,7 @@ class _BudgetFamily:
             if self.member(j).bytes - self.slack <= ceiling and self.peak(j) <= ceiling:
                 return self.member(j)
         best = min(range(first, self.size), key=lambda j: (self.peak(j), -self.member(j).bytes))
-        log.info("min-cut: every cut under %d bytes peaks higher in the backward than one saving more "
+        log.debug("min-cut: every cut under %d bytes peaks higher in the backward than one saving more "
                  "(%d bytes at best, against %d); taking the lowest", bound, self.peak(best), ceiling)
         return self.member(best)
 

@@ -166,7 +166,7 @@ def big_temporaries(x, y, z):
 
 def test_where_every_cut_that_fits_peaks_higher_the_bound_wins_and_says_so(caplog):
     x, y, z = torch.randn(64, 256), _leaf(64), _leaf(64, 256)
-    with caplog.at_level(logging.INFO, logger="aotgrad"):
+    with caplog.at_level(logging.DEBUG, logger="aotgrad"):
         high, low = (peak.backward_peak_bytes(*_graphs(big_temporaries, [x, y, z], functools.partial(
             aotgrad.min_cut_rematerialization_partition, memory_budget=b))) for b in (1.0, 0.0))
     assert low > high          # the documented exception: v saved (256 bytes) or made from x
