@@ -175,6 +175,42 @@ def test_another_process_hits_and_matches_eager(cache):
     torch.testing.assert_close(other["buffers"], [b.float().sum().item() for b in eager["buffers"]])
 
 
+class PoolNet(nn.Module):
+    """Max pooling through torch.nn.functional's boolean_dispatch closures (F.max_pool2d,
+    F.adaptive_max_pool2d), which pickle cannot name."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = F.max_pool2d(self.conv(x), 2)
+        return F.adaptive_max_pool2d(h, 2).pow(2).mean(), x.flatten(1).t()
+
+
+def test_a_graph_calling_max_pool2d_is_stored_and_hits(cache):
+    torch.manual_seed(0)
+    model, x = PoolNet(), torch.randn(2, 3, 8, 8)
+    eager = train_step(copy.deepcopy(model), x, None)
+    cold = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert cold["cache"] == ["stored"]
+    warm = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert warm["cache"] == ["hit"] and warm["graphs"] == cold["graphs"]
+    assert_same_training(warm, eager)
+
+
+BOOLEAN_DISPATCHED = [F.max_pool1d, F.max_pool2d, F.max_pool3d, F.adaptive_max_pool1d, F.adaptive_max_pool2d,
+                      F.adaptive_max_pool3d, F.fractional_max_pool2d, F.fractional_max_pool3d]
+
+
+def test_boolean_dispatch_functions_are_stored_by_their_public_name():
+    payload = graph_pickle.dumps(BOOLEAN_DISPATCHED, [])
+    assert b"<locals>" not in payload and b"max_pool2d" in payload
+    assert graph_pickle.loads(payload, None, {}) == BOOLEAN_DISPATCHED  # the same objects
+    names = [graph_pickle.stable_repr(fn) for fn in BOOLEAN_DISPATCHED]
+    assert names[1] == "torch.nn.functional.max_pool2d" and len(set(names)) == len(names)
+
+
 # -- keys ---------------------------------------------------------------------
 
 class FlatNet(Net):
