@@ -243,7 +243,7 @@ class AotFunction:
         self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
         self.__name__ = getattr(fn, "__name__", "fn")
         self.last_graphs: tuple = ()
-        self.disk_key: str | None = None  # the disk cache's key for fn (a graph), if it has one
+        self.disk_key: str | None = None  # the disk cache's key for fn (a graph), or why none (NotKeyed)
         self._fast: Callable | None = None  # the generated call of the entry used last
 
     def __call__(self, *args, **kwargs):
@@ -336,6 +336,8 @@ class AotFunction:
         the disk cache can key (`disk_key`, set by aot_module_simplified); else (None, None)."""
         if self.disk_key is None:
             return None, None
+        if isinstance(self.disk_key, disk_cache.NotKeyed):
+            return None, lambda partitioned: f"not stored: {self.disk_key}"
         entry = disk_cache.entry_key(self.disk_key, key)
 
         def load(fake_mode):

@@ -13,7 +13,9 @@ Graphs are stored before compilation, so the compilers are no part of the key; t
 graph_pickle.py's. A writer writes a temporary file and renames it over the entry, so readers
 never see half an entry, whatever other processes do; an entry that is corrupt, from another
 version or inconsistent is counted (`aotgrad.counters["disk_cache"]["rejected"]`), logged,
-deleted and rebuilt by the caller, never used. What the cache cannot key or store is compiled as usual (why: debug log).
+deleted and rebuilt by the caller, never used. What the cache cannot key or store is compiled as
+usual, and not stored: the compile's record (`disk_cache`, shown by `python -m aotgrad report`)
+and an INFO line say why.
 """
 from __future__ import annotations
 
@@ -61,6 +63,11 @@ class GraphKey(str):
     module_keys: dict
 
 
+class NotKeyed(str):
+    """graph_key's answer for a graph the cache cannot key: why. Its compiles are traced as
+    usual and not stored; their record and an INFO line say why (pipeline.py)."""
+
+
 class EntryKey(str):
     """entry_key's digest; `text` is what it digests (checked against the stored entry)."""
 
@@ -91,22 +98,22 @@ def clear() -> int:
 
 # -- keys ---------------------------------------------------------------------
 
-def graph_key(gm, options) -> GraphKey | None:
-    """The key of `gm` compiled with `options` (api.Options), or None when the cache is off
-    or something in them cannot be keyed (logged at debug, with why)."""
+def graph_key(gm, options) -> GraphKey | NotKeyed | None:
+    """The key of `gm` compiled with `options` (api.Options); None when the cache is off;
+    NotKeyed (why) when something in them cannot be keyed."""
     if config.cache_dir is None:
         return None
+    if options.dynamic:
+        return NotKeyed("the graphs have symbolic sizes")
     module_keys: dict = {}
     try:
         text = "\n".join([_versions(), _options_text(options), _ambient_text(), _graph_text(gm, module_keys)])
     except NotCacheable as e:
-        log.debug("aotgrad disk cache: graph not cached: %s", e)
-        return None
+        return NotKeyed(str(e))
     address = _ADDRESS.search(text)
     if address is not None:
         line = text[text.rfind("\n", 0, address.start()) + 1:text.find("\n", address.end())]
-        log.debug("aotgrad disk cache: graph not cached: its key names an object by address: %s", line[-300:])
-        return None
+        return NotKeyed(f"its key would name an object by address: {line[-300:]}")
     key = GraphKey(hashlib.sha256(text.encode()).hexdigest())
     key.module_keys = module_keys
     return key
@@ -277,7 +284,7 @@ def store(entry: EntryKey, partitioned, out_spec) -> str:
                                      [partitioned.forward, partitioned.backward])
     except Exception as e:  # anything unpicklable: the compile goes on, uncached
         reason = str(e) if isinstance(e, NotStorable) else f"{type(e).__name__}: {e}"
-        log.debug("aotgrad disk cache: not storing %s: %s", entry, reason, exc_info=not isinstance(e, NotStorable))
+        log.debug("aotgrad disk cache: not storing %s", entry, exc_info=not isinstance(e, NotStorable))
         return f"not stored: {reason}"
     header = json.dumps({"torch": torch.__version__, "aotgrad": _aotgrad_version(), "key": entry.text,
                          "sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}).encode()

@@ -321,22 +321,30 @@ def test_autocast_is_in_the_key(cache):
         assert compile_graph(gm, x) == "hit"
 
 
-def test_a_graph_calling_a_user_function_is_not_cached(cache):
+def test_a_graph_calling_a_user_function_is_not_stored_and_says_why_at_info(cache, caplog):
     def user_function(t):
         return t * 2
     gm = traced_net()
     relu = _relu(gm)
     relu.target, relu.kwargs = user_function, {}  # its code could change while the graph's stays the same
     gm.recompile()
-    assert disk_cache.graph_key(gm, aotgrad.pipeline.Options(aotgrad.nop)) is None
-    assert compile_graph(gm, torch.randn(8, 6)) == "off"
+    why = f"node relu calls {__name__}.{user_function.__qualname__}, whose code the key cannot see"
+    assert disk_cache.graph_key(gm, aotgrad.pipeline.Options(aotgrad.nop)) == why
+    with caplog.at_level(logging.INFO, logger="aotgrad"):
+        assert compile_graph(gm, torch.randn(8, 6)) == f"not stored: {why}"
+    assert f"aotgrad torch.compile graph: not stored in the disk cache: {why}" in caplog.messages
     assert entries(cache) == []
 
 
-def test_symbolic_graphs_are_not_stored(cache):
+def test_symbolic_graphs_are_not_stored_and_say_why(cache, caplog):
     model, x = net_and_input()
     torch._dynamo.reset()
-    torch.compile(model, backend="aotgrad", dynamic=True)(x)
+    with phases.watch() as records, caplog.at_level(logging.INFO, logger="aotgrad"):
+        torch.compile(model, backend="aotgrad", dynamic=True)(x)
+    assert [r.disk_cache for r in records] == ["not stored: the graphs have symbolic sizes"]
+    assert aotgrad.counters["disk_cache"] == Counter()  # not looked for either: no miss
+    assert "aotgrad torch.compile graph: not stored in the disk cache: the graphs have symbolic sizes" \
+        in caplog.messages
     assert compile_graph(traced_net(), x, dynamic=True) == "not stored: the graphs have symbolic sizes"
     assert entries(cache) == [] and aotgrad.counters["disk_cache"]["stores"] == 0
 
