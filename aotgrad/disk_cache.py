@@ -19,7 +19,9 @@ and an INFO line say why.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import json
 import logging
@@ -330,10 +332,11 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         counters["disk_cache"]["misses"] += 1
         return None
     try:
-        payload = _payload(data, entry)
-        loaded = graph_pickle.loads(payload, fake_mode, entry.module_keys)
-        partitioned, out_spec = loaded["partitioned"], pytree.tree_structure(loaded["outputs"])
-        _validate(partitioned, fake_mode)
+        with collector_paused():
+            payload = _payload(data, entry)
+            loaded = graph_pickle.loads(payload, fake_mode, entry.module_keys)
+            partitioned, out_spec = loaded["partitioned"], pytree.tree_structure(loaded["outputs"])
+            _validate(partitioned, fake_mode)
     except Exception as e:  # corrupt, foreign or inconsistent: never used
         counters["disk_cache"]["rejected"] += 1
         log.warning("aotgrad disk cache: rejected %s (%s: %s); it is deleted and compiled again",
@@ -342,6 +345,22 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         return None
     counters["disk_cache"]["hits"] += 1
     return partitioned, out_spec
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's garbage collector off for the block, then as it was. A load makes tens of
+    thousands of objects and frees few: with the collector on, their allocations set off
+    young collections and, every few loads, a full one over the whole heap (0.3-0.5 s with
+    torch's ~400k objects; docs/benchmarks.md). After the block, one young collection takes
+    them all, and counts as one towards the next full collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def stored_key(path: str | os.PathLike) -> EntryKey:

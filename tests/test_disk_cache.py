@@ -9,6 +9,7 @@ no in-memory cache across aot_module_simplified calls)."""
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import logging
 import os
@@ -375,6 +376,42 @@ def test_an_unpicklable_value_is_not_stored_and_nothing_is_written(cache):
     reason = disk_cache.store(disk_cache.entry_key("graph", ("call",)), partitioned, out_spec)
     assert reason.startswith(f"not stored: the payload names {__name__}.")
     assert entries(cache) == [path] and not list(cache.glob("**/*.tmp"))
+
+
+def _watch_collector(monkeypatch, fail: bool = False) -> list[bool]:
+    """Whether the garbage collector was on at each graph_pickle.loads (which raises with `fail`)."""
+    seen, real_loads = [], graph_pickle.loads
+
+    def watched(*args):
+        seen.append(gc.isenabled())
+        if fail:
+            raise graph_pickle.BadPayload("made to fail")
+        return real_loads(*args)
+    monkeypatch.setattr(graph_pickle, "loads", watched)
+    return seen
+
+
+def test_loading_pauses_the_garbage_collector(cache, monkeypatch):
+    # (a load makes ~10k objects and frees few: with the collector on, they set off collections,
+    # every few loads a full one; docs/benchmarks.md measures the pause)
+    compile_graph(traced_net(), torch.randn(8, 6))
+    seen = _watch_collector(monkeypatch)
+    assert load_entry(entries(cache)[0]) is not None
+    assert seen == [False] and gc.isenabled()
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it(cache, monkeypatch):
+    compile_graph(traced_net(), torch.randn(8, 6))
+    [path] = entries(cache)
+    gc.disable()
+    try:
+        assert load_entry(path) is not None
+        assert not gc.isenabled()  # the caller's choice, kept
+    finally:
+        gc.enable()
+    seen = _watch_collector(monkeypatch, fail=True)
+    assert load_entry(path) is None and seen == [False]  # rejected
+    assert gc.isenabled()
 
 
 def test_a_saved_value_loads_as_one_fake_tensor_in_both_graphs(cache):
