@@ -30,7 +30,6 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import types
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
-from aotgrad import config, graph_pickle
+from aotgrad import cache_folder, config, graph_pickle
 from aotgrad.counting import counters
 from aotgrad.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_data
 
@@ -78,24 +77,9 @@ class EntryKey(str):
     cacheable: bool
 
 
-def cache_root() -> Path | None:
-    return None if config.cache_dir is None else Path(config.cache_dir)
-
-
 def clear() -> int:
     """Delete every entry under `config.cache_dir`, and generated.py's code; returns how many entries."""
-    root = cache_root()
-    removed = 0
-    if root is None or not root.is_dir():
-        return 0
-    code = root / "code"  # generated.py's code objects, not counted
-    for folder in [*root.iterdir(), *(code.iterdir() if code.is_dir() else ())]:
-        if folder.is_dir() and len(folder.name) == 2:
-            for path in folder.iterdir():
-                remove_file(path)
-                if folder.parent == root:
-                    removed += 1
-    return removed
+    return cache_folder.clear()
 
 
 # -- keys ---------------------------------------------------------------------
@@ -105,6 +89,8 @@ def graph_key(gm, options) -> GraphKey | NotKeyed | None:
     NotKeyed (why) when something in them cannot be keyed."""
     if config.cache_dir is None:
         return None
+    if not cache_folder.is_private(cache_folder.root()):
+        return NotKeyed(f"others may write the cache folder {config.cache_dir} (see the warning)")
     if options.dynamic:
         return NotKeyed("the graphs have symbolic sizes")
     module_keys: dict = {}
@@ -272,7 +258,7 @@ def _attribute_text(gm: fx.GraphModule, target: str, state: set[str], module_key
 # -- files --------------------------------------------------------------------
 
 def _path(entry: str) -> Path:
-    return cache_root() / entry[:2] / entry
+    return cache_folder.root() / entry[:2] / entry
 
 
 def store(entry: EntryKey, partitioned, out_spec) -> str:
@@ -290,28 +276,16 @@ def store(entry: EntryKey, partitioned, out_spec) -> str:
         return f"not stored: {reason}"
     header = json.dumps({"torch": torch.__version__, "aotgrad": _aotgrad_version(), "key": entry.text,
                          "sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}).encode()
+    data = MAGIC + _HEADER.pack(FORMAT_VERSION, len(header)) + header + payload
     try:
-        write_atomically(_path(entry), MAGIC + _HEADER.pack(FORMAT_VERSION, len(header)) + header + payload)
+        cache_folder.write_atomically(_path(entry), data)
+    except cache_folder.NotPrivate as e:
+        return f"not stored: {e}"
     except OSError as e:
         log.warning("aotgrad disk cache: cannot write to %s: %s", config.cache_dir, e)
         return f"not stored: {e}"
     counters["disk_cache"]["stores"] += 1
     return "stored"
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader
-    sees the old entry, the new one or none, never part of one, whatever other writers do."""
-    path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: entries are pickles
-    path.parent.mkdir(exist_ok=True, mode=0o700)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name[:16]}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        remove_file(Path(temporary))
-        raise
 
 
 def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
@@ -321,9 +295,7 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         return None
     path = _path(entry)
     try:
-        with open(path, "rb") as f:
-            stat = os.fstat(f.fileno())
-            data = f.read()
+        read = cache_folder.read_private(path)
     except FileNotFoundError:
         counters["disk_cache"]["misses"] += 1
         return None
@@ -331,6 +303,9 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         log.warning("aotgrad disk cache: cannot read %s: %s", path, e)
         counters["disk_cache"]["misses"] += 1
         return None
+    if read is None:  # others may write it: not read, as with the cache off
+        return None
+    data, stat = read
     try:
         with collector_paused():
             payload = _payload(data, entry)
@@ -341,7 +316,7 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         counters["disk_cache"]["rejected"] += 1
         log.warning("aotgrad disk cache: rejected %s (%s: %s); it is deleted and compiled again",
                     path, type(e).__name__, e)
-        remove_file(path, stat)
+        cache_folder.remove_file(path, stat)
         return None
     counters["disk_cache"]["hits"] += 1
     return partitioned, out_spec
@@ -394,18 +369,6 @@ def _payload(data: bytes, entry: EntryKey) -> bytes:
     if header.get("size") != len(payload) or header.get("sha256") != hashlib.sha256(payload).hexdigest():
         raise BadPayload("checksum mismatch (truncated or overwritten)")
     return payload
-
-
-def remove_file(path: Path, stat: os.stat_result | None = None) -> None:
-    """Delete `path`, unless (with `stat`) another writer has replaced it since it was read."""
-    try:
-        if stat is not None:
-            now = os.stat(path)
-            if (now.st_ino, now.st_mtime_ns, now.st_size) != (stat.st_ino, stat.st_mtime_ns, stat.st_size):
-                return
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _skeleton(out_spec) -> Any:

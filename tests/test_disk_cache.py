@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import aotgrad
-from aotgrad import disk_cache, graph_pickle, phases
+from aotgrad import cache_folder, disk_cache, generated, graph_pickle, phases
 from aotgrad.printing import format_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +64,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     """An empty cache folder for this test, and counters read as changes from here."""
     folder = tmp_path / "cache"
     monkeypatch.setattr(aotgrad.config, "cache_dir", str(folder))
+    monkeypatch.setattr(cache_folder, "_warned", set())  # each test sees its warnings
     before = Counter(aotgrad.counters["disk_cache"])
     aotgrad.counters["disk_cache"].clear()
     yield folder
@@ -477,6 +478,112 @@ def test_a_loaded_graph_deep_copies(cache):
     gm = _loaded_forward(cache)
     twin = copy.deepcopy(gm)
     assert twin.code == gm.code and format_graph(twin) == format_graph(gm)
+
+
+# -- who may write the folder -------------------------------------------------------
+
+def _count_unpickling(monkeypatch) -> list:
+    calls, real_loads = [], graph_pickle.loads
+
+    def counted(*args):
+        calls.append(args)
+        return real_loads(*args)
+    monkeypatch.setattr(graph_pickle, "loads", counted)
+    return calls
+
+
+def _warnings_about(caplog, path: Path) -> list[str]:
+    return [m for m in caplog.messages if m.startswith(f"aotgrad disk cache: not using {path}: ")]
+
+
+def test_a_cache_folder_others_may_write_is_not_read_and_warned_about_once(cache, monkeypatch, caplog):
+    model, x = net_and_input()
+    eager = train_step(copy.deepcopy(model), x, None)
+    train_step(copy.deepcopy(model), x, "aotgrad")
+    [path] = entries(cache)
+    stored = path.read_bytes()
+    os.chmod(cache, 0o777)  # (as a shared AOTGRAD_CACHE_DIR=/tmp/... may be)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        runs = [train_step(copy.deepcopy(model), x, "aotgrad") for _ in range(2)]
+    assert unpickled == [] and aotgrad.counters["disk_cache"]["hits"] == 0
+    for run in runs:
+        assert run["cache"] == [f"not stored: others may write the cache folder {cache} (see the warning)"]
+        assert_same_training(run, eager)
+    [warning] = _warnings_about(caplog, cache)
+    assert "its group and all users may write it (mode drwxrwxrwx)" in warning
+    assert "whoever can write there could run code in this process" in warning
+    assert f"`chmod 700 {cache}`" in warning and "AOTGRAD_CACHE_DIR" in warning
+    assert entries(cache) == [path] and path.read_bytes() == stored  # nothing written either
+    os.chmod(cache, 0o700)
+    assert train_step(copy.deepcopy(model), x, "aotgrad")["cache"] == ["hit"]
+
+
+def test_an_entry_others_may_write_is_neither_read_nor_replaced(cache, monkeypatch, caplog):
+    gm, x = traced_net(), torch.randn(8, 6)
+    compile_graph(gm, x)
+    [path] = entries(cache)
+    os.chmod(path, 0o664)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        did = compile_graph(gm, x)
+    assert did == f"not stored: others may write {path} or a folder above it (see the warning)"
+    assert unpickled == [] and aotgrad.counters["disk_cache"]["hits"] == 0
+    [warning] = _warnings_about(caplog, path)
+    assert "its group may write it (mode -rw-rw-r--)" in warning and f"`chmod 600 {path}`" in warning
+    assert path.stat().st_mode & 0o777 == 0o664  # not replaced
+
+
+def test_a_cache_folder_of_another_user_is_not_read(cache, monkeypatch, caplog):
+    gm, x = traced_net(), torch.randn(8, 6)
+    compile_graph(gm, x)
+    owner = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        did = compile_graph(gm, x)
+    assert did.startswith("not stored: others may write the cache folder") and unpickled == []
+    [warning] = _warnings_about(caplog, cache)
+    assert f"it belongs to user id {owner}, not to this process's user ({owner + 1})" in warning
+    assert "chmod" not in warning and "a folder of your own" in warning
+
+
+def test_a_cache_subfolder_others_may_write_is_not_read(cache, monkeypatch, caplog):
+    gm, x = traced_net(), torch.randn(8, 6)
+    compile_graph(gm, x)
+    [path] = entries(cache)
+    os.chmod(path.parent, 0o757)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        did = compile_graph(gm, x)
+    assert did.startswith("not stored: others may write") and unpickled == []
+    [warning] = _warnings_about(caplog, path.parent)
+    assert "all users may write it (mode drwxr-xrwx)" in warning
+
+
+def test_nothing_in_a_folder_others_may_write_is_even_opened(cache, monkeypatch):
+    compile_graph(traced_net(), torch.randn(8, 6))
+    [path] = entries(cache)
+    os.chmod(path.parent, 0o777)
+
+    def refuse(*args, **kwargs):  # (opening a FIFO someone put there would block)
+        raise AssertionError(f"opened {args[0]}")
+    monkeypatch.setitem(cache_folder.__dict__, "open", refuse)
+    assert cache_folder.read_private(path) is None
+
+
+def test_the_cache_folders_and_files_aotgrad_makes_are_private(cache):
+    umask = os.umask(0o002)  # group-writable by default, as on many shared machines
+    try:
+        generated.define("def f():\n    return 1\n", "<f>", {}, "f")  # the code folder first: it makes the root
+        compile_graph(traced_net(), torch.randn(8, 6))
+    finally:
+        os.umask(umask)
+    folders = [cache, *(p for p in cache.rglob("*") if p.is_dir())]
+    files = [p for p in cache.rglob("*") if p.is_file()]
+    assert {cache, cache / "code"} < set(folders) and len(files) >= 2  # and the xx of each file
+    assert {oct(p.stat().st_mode & 0o777) for p in folders} == {"0o700"}
+    assert {oct(p.stat().st_mode & 0o777) for p in files} == {"0o600"}
 
 
 # -- corruption -----------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""The disk cache's folder (`config.cache_dir`): who may write it, and its files.
+
+In: paths under the folder, from disk_cache.py (graph entries, `3f/3f9c...`) and generated.py
+(code objects, `code/3f/3f9c...`). Out: their bytes, read only where no one else could have
+written them; files written whole and private.
+
+Entries are pickles, and loading a pickle runs what it names: whoever can write the folder
+could run code in every process that reads it. So, as ssh does for its keys, aotgrad reads a
+file only when it and every folder from the cache root down to it belong to this user and no
+one else may write them (`is_private`); otherwise it reads and writes nothing there, warns
+once per path with the fix, and the compile goes on as with the cache off. Folders aotgrad
+makes are private (0o700), files too (0o600).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import stat as stat_module
+import tempfile
+from pathlib import Path
+
+from aotgrad import config
+
+log = logging.getLogger("aotgrad")
+
+_warned: set[str] = set()  # the paths this process has warned about (once each)
+
+
+class NotPrivate(OSError):
+    """A cache file or folder that someone else may write (the message says which and why)."""
+
+
+def root() -> Path | None:
+    return None if config.cache_dir is None else Path(config.cache_dir)
+
+
+# -- who may write ------------------------------------------------------------------
+
+def problem(path: Path, stat: os.stat_result | None = None) -> str | None:
+    """Why someone else may write `path` (a file or folder; `stat`: its stat, if taken), or
+    None when only this user may (or it does not exist: aotgrad makes it private)."""
+    if not hasattr(os, "getuid"):
+        # Windows: st_mode shows no owner or group bits (ACLs decide who may write), so there
+        # is nothing here to check; the folder under the user's profile is private by default
+        return None
+    try:
+        stat = os.stat(path) if stat is None else stat
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"aotgrad cannot look at it ({e.strerror})"
+    if stat.st_uid != os.getuid():
+        return f"it belongs to user id {stat.st_uid}, not to this process's user ({os.getuid()})"
+    if stat.st_mode & 0o022:
+        who = "its group and all users" if stat.st_mode & 0o022 == 0o022 else \
+            "its group" if stat.st_mode & 0o020 else "all users"
+        return f"{who} may write it (mode {stat_module.filemode(stat.st_mode)})"
+    return None
+
+
+def is_private(path: Path, stat: os.stat_result | None = None) -> bool:
+    """Whether only this user may write `path` and each folder from the cache root down to it
+    (`stat`: the path's own, from the open file). Warns once for the first that fails."""
+    cache = root()
+    chain = [cache / part for part in reversed(path.relative_to(cache).parents)] + [path]
+    for i, step in enumerate(chain):
+        why = problem(step, stat if i == len(chain) - 1 else None)
+        if why is not None:
+            _warn_once(step, why)
+            return False
+    return True
+
+
+def _warn_once(path: Path, why: str) -> None:
+    if str(path) in _warned:
+        return
+    _warned.add(str(path))
+    if "belongs to" in why:
+        fix = "set AOTGRAD_CACHE_DIR (or aotgrad.config.cache_dir) to a folder of your own"
+    else:
+        fix = (f"`chmod {700 if path.is_dir() else 600} {path}`, or set AOTGRAD_CACHE_DIR "
+               f"(or aotgrad.config.cache_dir) to a folder of your own")
+    log.warning("aotgrad disk cache: not using %s: %s. The cache holds pickles, and loading one runs the code "
+                "it names, so whoever can write there could run code in this process; aotgrad reads and "
+                "writes nothing there and compiles as with the cache off. To use the cache: %s.", path, why, fix)
+
+
+# -- reading and writing ------------------------------------------------------------
+
+def read_private(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """A cache file's bytes and stat; None, nothing read, when it or a folder above it is not
+    private (warned). Raises OSError as open does (FileNotFoundError: no such file)."""
+    if not is_private(path.parent):  # (first: an open could block on what others put there)
+        return None
+    with open(path, "rb") as f:
+        stat = os.fstat(f.fileno())
+        if not is_private(path, stat):
+            return None
+        return f.read(), stat
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader
+    sees the old file, the new one or none, never part of one, whatever other writers do.
+    Raises NotPrivate, writing nothing, where a folder on the way or the old file is not private."""
+    if not is_private(path):  # (what exists of the way to it; what does not, make_folders makes private)
+        raise NotPrivate(f"others may write {path} or a folder above it (see the warning)")
+    make_folders(path.parent)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name[:16]}.", suffix=".tmp", dir=path.parent)  # 0o600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        remove_file(Path(temporary))
+        raise
+
+
+def make_folders(folder: Path) -> None:
+    """Make `folder` and the folders from the cache root down to it, each private (0o700;
+    `parents=True` would give the root the usual mode). The root's own parents get the usual mode."""
+    cache = root()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    for step in [cache / part for part in reversed(folder.relative_to(cache).parents)] + [folder]:
+        step.mkdir(exist_ok=True, mode=0o700)
+
+
+def remove_file(path: Path, stat: os.stat_result | None = None) -> None:
+    """Delete `path`, unless (with `stat`) another writer has replaced it since it was read."""
+    try:
+        if stat is not None:
+            now = os.stat(path)
+            if (now.st_ino, now.st_mtime_ns, now.st_size) != (stat.st_ino, stat.st_mtime_ns, stat.st_size):
+                return
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def clear() -> int:
+    """Delete every entry under the cache root, and generated.py's code; returns how many entries."""
+    cache = root()
+    removed = 0
+    if cache is None or not cache.is_dir():
+        return 0
+    code = cache / "code"  # generated.py's code objects, not counted
+    for folder in [*cache.iterdir(), *(code.iterdir() if code.is_dir() else ())]:
+        if folder.is_dir() and len(folder.name) == 2:
+            for path in folder.iterdir():
+                remove_file(path)
+                if folder.parent == cache:
+                    removed += 1
+    return removed
