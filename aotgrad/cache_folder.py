@@ -137,6 +137,48 @@ def remove_file(path: Path, stat: os.stat_result | None = None) -> None:
         pass
 
 
+# -- size ---------------------------------------------------------------------------
+
+def files() -> list[tuple[Path, os.stat_result]]:
+    """The folder's files, graph entries and code (not writers' temporary files), with their stat."""
+    cache = root()
+    found = []
+    for pattern in ("??/*", "code/??/*"):
+        for path in cache.glob(pattern):
+            if not path.name.startswith("."):
+                try:
+                    found.append((path, path.stat()))
+                except OSError:  # removed meanwhile
+                    pass
+    return found
+
+
+def touch(path: Path) -> None:
+    """Mark a file used now, for eviction: its mtime (file systems often do not keep atime)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def evict(keep: Path) -> int:
+    """Delete the least recently used files (oldest mtime first) until the folder holds at
+    most `config.cache_size_limit_mb`; never `keep`, the entry just stored. How many deleted."""
+    limit = config.cache_size_limit_mb
+    if limit is None:
+        return 0
+    found = sorted(files(), key=lambda item: item[1].st_mtime_ns)
+    total, removed = sum(stat.st_size for _, stat in found), 0
+    for path, stat in found:
+        if total <= limit * 2**20:
+            break
+        if path != keep:
+            remove_file(path, stat)
+            total -= stat.st_size
+            removed += 1
+    return removed
+
+
 def clear() -> int:
     """Delete every entry under the cache root, and generated.py's code; returns how many entries."""
     cache = root()

@@ -285,6 +285,11 @@ def store(entry: EntryKey, partitioned, out_spec) -> str:
         log.warning("aotgrad disk cache: cannot write to %s: %s", config.cache_dir, e)
         return f"not stored: {e}"
     counters["disk_cache"]["stores"] += 1
+    evicted = cache_folder.evict(keep=_path(entry))
+    if evicted:
+        counters["disk_cache"]["evicted"] += evicted
+        log.debug("aotgrad disk cache: %d least recently used files deleted (cache_size_limit_mb=%s)",
+                  evicted, config.cache_size_limit_mb)
     return "stored"
 
 
@@ -319,6 +324,7 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         cache_folder.remove_file(path, stat)
         return None
     counters["disk_cache"]["hits"] += 1
+    cache_folder.touch(path)  # used: the last to be evicted
     return partitioned, out_spec
 
 

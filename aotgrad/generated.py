@@ -49,6 +49,7 @@ def compile_source(source: str, filename: str) -> types.CodeType:
         except OSError as e:
             log.debug("aotgrad code cache: cannot write %s: %s", path, e)
         return code
+    cache_folder.touch(path)  # used: the last to be evicted
     return _renamed(code, filename)
 
 

@@ -480,6 +480,44 @@ def test_a_loaded_graph_deep_copies(cache):
     assert twin.code == gm.code and format_graph(twin) == format_graph(gm)
 
 
+# -- size limit -------------------------------------------------------------------
+
+def _store_each(gm: fx.GraphModule, cache: Path, batches) -> dict[int, Path]:
+    """Compile `gm` for each batch size (each stored); the entry of each."""
+    stored = {}
+    for batch in batches:
+        before = set(entries(cache))
+        assert compile_graph(gm, torch.randn(batch, 6)) == "stored"
+        [stored[batch]] = set(entries(cache)) - before
+    return stored
+
+
+def test_a_store_past_the_size_limit_evicts_the_least_recently_used_files(cache, monkeypatch):
+    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", None)
+    gm = traced_net()
+    stored = _store_each(gm, cache, (8, 4, 2))
+    for path, _ in cache_folder.files():
+        os.utime(path, (4000, 4000))  # generated code: used after the entries below
+    for used, batch in enumerate((8, 4, 2), start=1):
+        os.utime(stored[batch], (used * 1000, used * 1000))
+    assert compile_graph(gm, torch.randn(8, 6)) == "hit"  # used now: batch 4's entry is the least recent
+    total = sum(stat.st_size for _, stat in cache_folder.files())
+    # room for what is there and half an entry: the next store must delete one entry
+    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", (total + stored[4].stat().st_size / 2) / 2**20)
+    assert compile_graph(gm, torch.randn(3, 6)) == "stored"
+    assert [stored[batch].exists() for batch in (8, 4, 2)] == [True, False, True]
+    assert len(entries(cache)) == 3 and aotgrad.counters["disk_cache"]["evicted"] == 1
+
+
+def test_the_entry_just_stored_is_kept_whatever_the_limit(cache, monkeypatch):
+    gm = traced_net()
+    _store_each(gm, cache, (8,))
+    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", 0)
+    [kept] = _store_each(gm, cache, (4,)).values()
+    assert entries(cache) == [kept]
+    assert compile_graph(gm, torch.randn(4, 6)) == "hit"
+
+
 # -- who may write the folder -------------------------------------------------------
 
 def _count_unpickling(monkeypatch) -> list:

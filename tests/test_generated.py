@@ -97,3 +97,11 @@ def test_code_in_a_folder_others_may_write_is_neither_read_nor_written(cache, mo
     assert unmarshalled == [] and code_files(cache) == [path]
     [warning] = [m for m in caplog.messages if m.startswith("aotgrad disk cache: not using")]
     assert f"not using {cache / 'code'}: its group and all users may write it" in warning
+
+
+def test_reading_code_marks_it_used_for_the_size_limit(cache):
+    generated.define(SOURCE, "<first>", {}, "f")
+    [path] = code_files(cache)
+    os.utime(path, (1000, 1000))  # (eviction deletes the oldest mtime first)
+    generated.define(SOURCE, "<again>", {}, "f")
+    assert path.stat().st_mtime > 1000
