@@ -501,12 +501,23 @@ def test_a_store_past_the_size_limit_evicts_the_least_recently_used_files(cache,
     for used, batch in enumerate((8, 4, 2), start=1):
         os.utime(stored[batch], (used * 1000, used * 1000))
     assert compile_graph(gm, torch.randn(8, 6)) == "hit"  # used now: batch 4's entry is the least recent
-    total = sum(stat.st_size for _, stat in cache_folder.files())
-    # room for what is there and half an entry: the next store must delete one entry
-    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", (total + stored[4].stat().st_size / 2) / 2**20)
+    total, entry = sum(stat.st_size for _, stat in cache_folder.files()), stored[4].stat().st_size
+    # a limit the next store passes, and deleting one entry brings the folder under EVICT_TO of
+    low, high = total / cache_folder.EVICT_TO, total + entry
+    assert low < high, "an entry is too small beside the generated code for this test"
+    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", (low + high) / 2 / 2**20)
     assert compile_graph(gm, torch.randn(3, 6)) == "stored"
     assert [stored[batch].exists() for batch in (8, 4, 2)] == [True, False, True]
     assert len(entries(cache)) == 3 and aotgrad.counters["disk_cache"]["evicted"] == 1
+
+
+def test_under_the_limit_a_process_counts_the_folder_only_at_its_first_store(cache, monkeypatch):
+    gm = traced_net()
+    _store_each(gm, cache, (8,))
+    counted, real_files = [], cache_folder.files
+    monkeypatch.setattr(cache_folder, "files", lambda: counted.append(1) or real_files())
+    _store_each(gm, cache, (4, 2))  # (listing a folder of 60k files takes 0.2-0.7 s)
+    assert counted == []
 
 
 def test_the_entry_just_stored_is_kept_whatever_the_limit(cache, monkeypatch):
