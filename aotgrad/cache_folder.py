@@ -3,7 +3,7 @@
 In: paths under the folder, from disk_cache.py (graph entries, `3f/3f9c...`) and generated.py
 (code objects, `code/3f/3f9c...`). Out: their bytes, read only where no one else could have
 written them; files written whole and private; the least recently used deleted past
-`config.cache_size_limit_mb`.
+`config.cache_size_limit_mb`; `python -m aotgrad cache info|clear` (`main`).
 
 Entries are pickles, and loading a pickle runs what it names: whoever can write the folder
 could run code in every process that reads it. So, as ssh does for its keys, aotgrad reads a
@@ -14,6 +14,7 @@ makes are private (0o700), files too (0o600).
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import stat as stat_module
@@ -226,3 +227,51 @@ def clear() -> int:
                     removed += 1
     return removed
 
+
+# -- python -m aotgrad cache ----------------------------------------------------------
+
+def main(argv: list[str]) -> int:
+    """`python -m aotgrad cache info|clear`: describe the disk cache folder, or empty it."""
+    parser = argparse.ArgumentParser(prog="python -m aotgrad cache", description=(
+        "aotgrad's disk cache of traced and partitioned graphs (aotgrad.config.cache_dir, set by "
+        "AOTGRAD_CACHE_DIR). `info`: the folder, whether only you may write it (aotgrad uses it only "
+        "then), its entries, size and limit (aotgrad.config.cache_size_limit_mb). `clear`: delete every "
+        "entry and the generated code."))
+    parser.add_argument("action", choices=("info", "clear"))
+    action = parser.parse_args(argv).action
+    cache = root()
+    if cache is None:
+        print("The disk cache is off: aotgrad.config.cache_dir is None (AOTGRAD_CACHE_DIR is set and empty).")
+        return 0
+    if not cache.is_dir():
+        print(f"disk cache folder: {cache} (not made yet: the first compile stored makes it)")
+        return 0
+    if action == "clear":
+        count = len(files())
+        print(f"Deleted {clear()} entries ({count} files, generated code included) from {cache}.")
+        return 0
+    print("\n".join(info_lines(cache)))
+    return 0
+
+
+def info_lines(cache: Path) -> list[str]:
+    """What `python -m aotgrad cache info` prints about the existing folder `cache`."""
+    found = files()
+    entries = [path for path, _ in found if os.path.dirname(os.path.dirname(path)) == str(cache)]
+    size = sum(stat.st_size for _, stat in found)
+    limit = config.cache_size_limit_mb
+    folders = [cache, cache / "code", *sorted({Path(os.path.dirname(path)) for path, _ in found})]
+    problems = [(path, why) for path in folders if (why := problem(path)) is not None]
+    problems += [(path, why) for path, stat in found if (why := problem(Path(path), stat)) is not None]
+    lines = [f"disk cache folder: {cache}"]
+    if problems:
+        lines.append(f"private: no, so aotgrad neither reads nor writes it ({len(problems)} paths others may write)")
+        lines += [f"  {path}: {why}" for path, why in problems[:5]]
+        lines.append(f"  To use it: `chmod -R go-w {cache}` if it is yours, or set AOTGRAD_CACHE_DIR to a folder "
+                     f"of your own.")
+    else:
+        lines.append("private: yes (only you may write it, and what is in it)")
+    lines.append(f"entries: {len(entries)} graphs, {len(found) - len(entries)} generated code files")
+    lines.append(f"size: {size / 2**20:.1f} MiB of " + ("no limit" if limit is None else f"{limit} MiB")
+                 + " (aotgrad.config.cache_size_limit_mb)")
+    return lines
