@@ -10,12 +10,13 @@ wrote, rebuilt in the caller's fake mode, or None.
     <config.cache_dir>/3f/3f9c...e1    magic, format, JSON header (versions, key, sha256), payload
 
 Graphs are stored before compilation, so the compilers are no part of the key; the payload is
-graph_pickle.py's. A writer writes a temporary file and renames it over the entry, so readers
-never see half an entry, whatever other processes do; an entry that is corrupt, from another
-version or inconsistent is counted (`aotgrad.counters["disk_cache"]["rejected"]`), logged,
-deleted and rebuilt by the caller, never used. What the cache cannot key or store is compiled as
-usual, and not stored: the compile's record (`disk_cache`, shown by `python -m aotgrad report`)
-and an INFO line say why.
+graph_pickle.py's, unpickled with the garbage collector paused. The folder's files are
+cache_folder.py's: read only where no one else may write, written whole (readers never see half
+an entry, whatever other processes do), the least recently used evicted past the size limit.
+An entry that is corrupt, from another version or inconsistent is counted
+(`aotgrad.counters["disk_cache"]["rejected"]`), logged, deleted and rebuilt by the caller, never
+used. What the cache cannot key or store is compiled as usual, and not stored: the compile's
+record (`disk_cache`, shown by `python -m aotgrad report`) and an INFO line say why.
 """
 from __future__ import annotations
 
