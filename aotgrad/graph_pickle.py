@@ -17,7 +17,8 @@ Loading builds each graph directly (no tracing) and hands FX the code it generat
 graph was stored, so nothing is traced or generated again. The unpickler only names torch's,
 aotgrad's and Python's own classes and functions (and already imported nn.Module classes, in
 metadata). That keeps foreign pickles out, but a pickle can still call what it names: whoever
-can write the cache folder can run code in the processes that read it, as with Inductor's cache.
+can write the cache folder could run code in the processes that read it, so cache_folder.py
+reads nothing from a folder or file that anyone but the current user may write.
 """
 from __future__ import annotations
 
