@@ -1,7 +1,9 @@
 """The disk cache (aotgrad/disk_cache.py): a second process loads what the first traced and
 partitioned, and the loaded graphs behave as a fresh compile's (outputs, grads, BatchNorm
-statistics, output aliases, printed graphs); every part of the key invalidates; corrupt
-entries are rejected and rebuilt; concurrent writers leave only whole entries.
+statistics, output aliases, printed graphs); every part of the key invalidates; what is not
+stored says why; loads pause the garbage collector; the size limit evicts the least recently
+used; a folder or entry others may write is neither read nor written; corrupt entries are
+rejected and rebuilt; concurrent writers leave only whole entries.
 
 Each test gets its own empty cache folder. A "second process" is a subprocess where the point
 is the process boundary, else `torch._dynamo.reset()` and a new torch.compile (aotgrad keeps
