@@ -20,11 +20,19 @@ def _report(argv: list[str]) -> int:
     return report.main(argv)
 
 
+def _cache(argv: list[str]) -> int:
+    from aotgrad import cache_folder
+
+    return cache_folder.main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "train a small CNN eagerly and with torch.compile(backend=\"aotgrad\"); "
                     "compare speed, saved activations, and results"),
     "report": (_report, "run a script (or -m module) with aotgrad's backends; write one HTML page of its "
                         "graphs, memory-vs-recompute curves, recompile reasons and timings"),
+    "cache": (_cache, "the disk cache: `info` (its folder, whether only you may write it, entries, size, "
+                      "limit) or `clear` (delete every entry)"),
 }
 
 

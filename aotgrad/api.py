@@ -285,7 +285,7 @@ class AotFunction:
         self.origin: Origin | None = None
         self.input_names: list[str] | None = None  # for the recompiles log; None: "input 3"
         self.last_graphs: tuple = ()
-        self.disk_key: str | None = None  # the disk cache's key for fn (a graph), if it has one
+        self.disk_key: str | None = None  # the disk cache's key for fn (a graph), or why none (NotKeyed)
         self._fast: Callable | None = None  # the generated call of the entry used last
 
     def __call__(self, *args, **kwargs):
@@ -383,6 +383,8 @@ class AotFunction:
         the disk cache can key (`disk_key`, set by aot_module_simplified); else (None, None)."""
         if self.disk_key is None:
             return None, None
+        if isinstance(self.disk_key, disk_cache.NotKeyed):
+            return None, lambda partitioned: f"not stored: {self.disk_key}"
         entry = disk_cache.entry_key(self.disk_key, key)
 
         def load(fake_mode):

@@ -46,9 +46,14 @@ def _default_cache_dir() -> str | None:
 
 # The disk cache of traced and partitioned graphs (disk_cache.py): a second process that compiles
 # the same torch.compile graph for the same inputs skips tracing and partitioning. A directory
-# (created on first store; keep it private: entries are pickles), or None for no disk cache.
-# Read on every compile. `aotgrad.disk_cache.clear()` empties it.
+# (created on first store, private: entries are pickles, so aotgrad uses no folder that others
+# may write), or None for no disk cache. Read on every compile. `python -m aotgrad cache clear`
+# (or `aotgrad.disk_cache.clear()`) empties it.
 cache_dir = _default_cache_dir()
+# The most the disk cache folder may hold, in MiB (2**20 bytes), or None for no limit: after each
+# store, the least recently used files (entries and code; a hit counts as a use) are deleted
+# until it fits. Read on every store.
+cache_size_limit_mb = 1024
 # Level of the `aotgrad` loggers: "warning", "info" or "debug"; AOTGRAD_LOG overrides (checked at import).
 log_level = os.environ.get("AOTGRAD_LOG", "warning")
 # Lint every stage's graph and check aotgrad's invariants (slower; for debugging).
@@ -89,6 +94,10 @@ def _is_log_level(value) -> bool:
     return isinstance(value, str) and value.strip().lower() in LEVELS
 
 
+def _is_size_limit(value) -> bool:
+    return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= 0)
+
+
 def _is_directory(value) -> bool:
     # "" would be Path(""), the current directory: AOTGRAD_CACHE_DIR="" means no cache, so say None
     return value is None or (isinstance(value, (str, os.PathLike)) and os.fspath(value) != "")
@@ -117,6 +126,8 @@ _KNOBS: dict[str, _Knob] = {
     "compiled_autograd_verbose": _BOOL,
     "cache_dir": _Knob(_is_directory, "None (no disk cache) or a directory's path, a non-empty str "
                        "or os.PathLike"),
+    "cache_size_limit_mb": _Knob(_is_size_limit, "None (no limit) or a non-negative number of MiB, not a "
+                                 "bool (the most the disk cache folder may hold)"),
     "log_level": _Knob(_is_log_level, "'warning', 'info' or 'debug' (any case)", ("warning", "info", "debug")),
     "check_graphs": _BOOL,
 }

@@ -10,14 +10,19 @@ wrote, rebuilt in the caller's fake mode, or None.
     <config.cache_dir>/3f/3f9c...e1    magic, format, JSON header (versions, key, sha256), payload
 
 Graphs are stored before compilation, so the compilers are no part of the key; the payload is
-graph_pickle.py's. A writer writes a temporary file and renames it over the entry, so readers
-never see half an entry, whatever other processes do; an entry that is corrupt, from another
-version or inconsistent is counted (`aotgrad.counters["disk_cache"]["rejected"]`), logged,
-deleted and rebuilt by the caller, never used. What the cache cannot key or store is compiled as usual (why: debug log).
+graph_pickle.py's, unpickled with the garbage collector paused. The folder's files are
+cache_folder.py's: read only where no one else may write, written whole (readers never see half
+an entry, whatever other processes do), the least recently used evicted past the size limit.
+An entry that is corrupt, from another version or inconsistent is counted
+(`aotgrad.counters["disk_cache"]["rejected"]`), logged, deleted and rebuilt by the caller, never
+used. What the cache cannot key or store is compiled as usual, and not stored: the compile's
+record (`disk_cache`, shown by `python -m aotgrad report`) and an INFO line say why.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import json
 import logging
@@ -26,7 +31,6 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import types
 from pathlib import Path
 from typing import Any
@@ -36,7 +40,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
-from aotgrad import config, graph_pickle
+from aotgrad import cache_folder, config, graph_pickle
 from aotgrad.counting import counters
 from aotgrad.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_data
 
@@ -61,6 +65,11 @@ class GraphKey(str):
     module_keys: dict
 
 
+class NotKeyed(str):
+    """graph_key's answer for a graph the cache cannot key: why. Its compiles are traced as
+    usual and not stored; their record and an INFO line say why (pipeline.py)."""
+
+
 class EntryKey(str):
     """entry_key's digest; `text` is what it digests (checked against the stored entry)."""
 
@@ -69,44 +78,31 @@ class EntryKey(str):
     cacheable: bool
 
 
-def cache_root() -> Path | None:
-    return None if config.cache_dir is None else Path(config.cache_dir)
-
-
 def clear() -> int:
     """Delete every entry under `config.cache_dir`, and generated.py's code; returns how many entries."""
-    root = cache_root()
-    removed = 0
-    if root is None or not root.is_dir():
-        return 0
-    code = root / "code"  # generated.py's code objects, not counted
-    for folder in [*root.iterdir(), *(code.iterdir() if code.is_dir() else ())]:
-        if folder.is_dir() and len(folder.name) == 2:
-            for path in folder.iterdir():
-                remove_file(path)
-                if folder.parent == root:
-                    removed += 1
-    return removed
+    return cache_folder.clear()
 
 
 # -- keys ---------------------------------------------------------------------
 
-def graph_key(gm, options) -> GraphKey | None:
-    """The key of `gm` compiled with `options` (api.Options), or None when the cache is off
-    or something in them cannot be keyed (logged at debug, with why)."""
+def graph_key(gm, options) -> GraphKey | NotKeyed | None:
+    """The key of `gm` compiled with `options` (api.Options); None when the cache is off;
+    NotKeyed (why) when something in them cannot be keyed."""
     if config.cache_dir is None:
         return None
+    if not cache_folder.is_private(cache_folder.root()):
+        return NotKeyed(f"others may write the cache folder {config.cache_dir} (see the warning)")
+    if options.dynamic:
+        return NotKeyed("the graphs have symbolic sizes")
     module_keys: dict = {}
     try:
         text = "\n".join([_versions(), _options_text(options), _ambient_text(), _graph_text(gm, module_keys)])
     except NotCacheable as e:
-        log.debug("aotgrad disk cache: graph not cached: %s", e)
-        return None
+        return NotKeyed(str(e))
     address = _ADDRESS.search(text)
     if address is not None:
         line = text[text.rfind("\n", 0, address.start()) + 1:text.find("\n", address.end())]
-        log.debug("aotgrad disk cache: graph not cached: its key names an object by address: %s", line[-300:])
-        return None
+        return NotKeyed(f"its key would name an object by address: {line[-300:]}")
     key = GraphKey(hashlib.sha256(text.encode()).hexdigest())
     key.module_keys = module_keys
     return key
@@ -263,7 +259,7 @@ def _attribute_text(gm: fx.GraphModule, target: str, state: set[str], module_key
 # -- files --------------------------------------------------------------------
 
 def _path(entry: str) -> Path:
-    return cache_root() / entry[:2] / entry
+    return cache_folder.root() / entry[:2] / entry
 
 
 def store(entry: EntryKey, partitioned, out_spec) -> str:
@@ -277,32 +273,25 @@ def store(entry: EntryKey, partitioned, out_spec) -> str:
                                      [partitioned.forward, partitioned.backward])
     except Exception as e:  # anything unpicklable: the compile goes on, uncached
         reason = str(e) if isinstance(e, NotStorable) else f"{type(e).__name__}: {e}"
-        log.debug("aotgrad disk cache: not storing %s: %s", entry, reason, exc_info=not isinstance(e, NotStorable))
+        log.debug("aotgrad disk cache: not storing %s", entry, exc_info=not isinstance(e, NotStorable))
         return f"not stored: {reason}"
     header = json.dumps({"torch": torch.__version__, "aotgrad": _aotgrad_version(), "key": entry.text,
                          "sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload)}).encode()
+    data = MAGIC + _HEADER.pack(FORMAT_VERSION, len(header)) + header + payload
     try:
-        write_atomically(_path(entry), MAGIC + _HEADER.pack(FORMAT_VERSION, len(header)) + header + payload)
+        cache_folder.write_atomically(_path(entry), data)
+    except cache_folder.NotPrivate as e:
+        return f"not stored: {e}"
     except OSError as e:
         log.warning("aotgrad disk cache: cannot write to %s: %s", config.cache_dir, e)
         return f"not stored: {e}"
     counters["disk_cache"]["stores"] += 1
+    evicted = cache_folder.evict(keep=_path(entry))
+    if evicted:
+        counters["disk_cache"]["evicted"] += evicted
+        log.debug("aotgrad disk cache: %d least recently used files deleted (cache_size_limit_mb=%s)",
+                  evicted, config.cache_size_limit_mb)
     return "stored"
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader
-    sees the old entry, the new one or none, never part of one, whatever other writers do."""
-    path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: entries are pickles
-    path.parent.mkdir(exist_ok=True, mode=0o700)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name[:16]}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        remove_file(Path(temporary))
-        raise
 
 
 def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
@@ -312,9 +301,7 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         return None
     path = _path(entry)
     try:
-        with open(path, "rb") as f:
-            stat = os.fstat(f.fileno())
-            data = f.read()
+        read = cache_folder.read_private(path)
     except FileNotFoundError:
         counters["disk_cache"]["misses"] += 1
         return None
@@ -322,19 +309,40 @@ def load(entry: EntryKey, fake_mode) -> tuple[Any, Any] | None:
         log.warning("aotgrad disk cache: cannot read %s: %s", path, e)
         counters["disk_cache"]["misses"] += 1
         return None
+    if read is None:  # others may write it: not read, as with the cache off
+        return None
+    data, stat = read
     try:
-        payload = _payload(data, entry)
-        loaded = graph_pickle.loads(payload, fake_mode, entry.module_keys)
-        partitioned, out_spec = loaded["partitioned"], pytree.tree_structure(loaded["outputs"])
-        _validate(partitioned, fake_mode)
+        with collector_paused():
+            payload = _payload(data, entry)
+            loaded = graph_pickle.loads(payload, fake_mode, entry.module_keys)
+            partitioned, out_spec = loaded["partitioned"], pytree.tree_structure(loaded["outputs"])
+            _validate(partitioned, fake_mode)
     except Exception as e:  # corrupt, foreign or inconsistent: never used
         counters["disk_cache"]["rejected"] += 1
         log.warning("aotgrad disk cache: rejected %s (%s: %s); it is deleted and compiled again",
                     path, type(e).__name__, e)
-        remove_file(path, stat)
+        cache_folder.remove_file(path, stat)
         return None
     counters["disk_cache"]["hits"] += 1
+    cache_folder.touch(path)  # used: the last to be evicted
     return partitioned, out_spec
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's garbage collector off for the block, then as it was. A load makes tens of
+    thousands of objects and frees few: with the collector on, their allocations set off
+    young collections and, every few loads, a full one over the whole heap (0.3-0.5 s with
+    torch's ~400k objects; docs/benchmarks.md). After the block, one young collection takes
+    them all, and counts as one towards the next full collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def stored_key(path: str | os.PathLike) -> EntryKey:
@@ -368,18 +376,6 @@ def _payload(data: bytes, entry: EntryKey) -> bytes:
     if header.get("size") != len(payload) or header.get("sha256") != hashlib.sha256(payload).hexdigest():
         raise BadPayload("checksum mismatch (truncated or overwritten)")
     return payload
-
-
-def remove_file(path: Path, stat: os.stat_result | None = None) -> None:
-    """Delete `path`, unless (with `stat`) another writer has replaced it since it was read."""
-    try:
-        if stat is not None:
-            now = os.stat(path)
-            if (now.st_ino, now.st_mtime_ns, now.st_size) != (stat.st_ino, stat.st_mtime_ns, stat.st_size):
-                return
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _skeleton(out_spec) -> Any:

@@ -4,7 +4,8 @@ Python's `compile` is most of a warm disk-cache compile (aotgrad writes code for
 runtime/boxed.py, runtime/wrapper.py, compiled autograd's matchers), so each code object is
 stored in `<config.cache_dir>/code/3f/3f9c...` (SHA-256 of the marshal bytes, then the bytes),
 keyed by the source and the interpreter (marshal's format, `-O`). A file whose digest does not
-match is deleted and compiled again; the code comes back under this call's file name.
+match is deleted and compiled again; the code comes back under this call's file name. Code runs,
+so files are read, and written, only where no one else may write (cache_folder.py).
 """
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ import hashlib
 import linecache
 import logging
 import marshal
-import os
 import sys
 import types
 from pathlib import Path
 from typing import Callable
 
-from aotgrad import disk_cache
+from aotgrad import cache_folder
 
 log = logging.getLogger("aotgrad")
 
@@ -35,7 +35,7 @@ def define(source: str, filename: str, namespace: dict, name: str) -> Callable:
 def compile_source(source: str, filename: str) -> types.CodeType:
     """`compile(source, filename, "exec", dont_inherit=True)`, read from the disk when a process
     compiled the same source before."""
-    root = disk_cache.cache_root()
+    root = cache_folder.root()
     if root is None:
         return compile(source, filename, "exec", dont_inherit=True)
     digest = hashlib.sha256(_PYTHON + source.encode()).hexdigest()
@@ -45,20 +45,22 @@ def compile_source(source: str, filename: str) -> types.CodeType:
         code = compile(source, filename, "exec", dont_inherit=True)
         data = marshal.dumps(code)
         try:
-            disk_cache.write_atomically(path, hashlib.sha256(data).digest() + data)
+            cache_folder.write_atomically(path, hashlib.sha256(data).digest() + data)
         except OSError as e:
             log.debug("aotgrad code cache: cannot write %s: %s", path, e)
         return code
+    cache_folder.touch(path)  # used: the last to be evicted
     return _renamed(code, filename)
 
 
 def _read(path: Path) -> types.CodeType | None:
     try:
-        with open(path, "rb") as f:
-            stat = os.fstat(f.fileno())
-            data = f.read()
+        read = cache_folder.read_private(path)
     except OSError:
         return None
+    if read is None:  # others may write it (warned): compiled here instead
+        return None
+    data, stat = read
     body = data[32:]
     try:
         if hashlib.sha256(body).digest() != data[:32]:
@@ -68,7 +70,7 @@ def _read(path: Path) -> types.CodeType | None:
             raise ValueError(f"holds a {type(code).__name__}")
     except (ValueError, EOFError, TypeError) as e:
         log.warning("aotgrad code cache: rejected %s (%s); it is deleted and compiled again", path, e)
-        disk_cache.remove_file(path, stat)  # (unless another process has replaced it since)
+        cache_folder.remove_file(path, stat)  # (unless another process has replaced it since)
         return None
     return code
 

@@ -6,6 +6,8 @@ Out: bytes, and back, the fake tensors made in the loading process's fake mode.
     GraphModule      -> node table (op, name, target, args with node references, kept meta),
                         the attributes its get_attr nodes read, gm.meta, and FX's generated code
     aten op          -> its name ("aten", "add", "Tensor"), found again in torch.ops
+    public closure   -> its module and public name: F.max_pool2d, which boolean_dispatch made
+                        (a local function pickle cannot name), is ("torch.nn.functional", "max_pool2d")
     fake tensor      -> its layout (sizes, strides, offset, dtype, device, requires_grad); fakes
                         that shared a storage share one again; one object stays one object
     real constant    -> its bytes
@@ -15,7 +17,8 @@ Loading builds each graph directly (no tracing) and hands FX the code it generat
 graph was stored, so nothing is traced or generated again. The unpickler only names torch's,
 aotgrad's and Python's own classes and functions (and already imported nn.Module classes, in
 metadata). That keeps foreign pickles out, but a pickle can still call what it names: whoever
-can write the cache folder can run code in the processes that read it, as with Inductor's cache.
+can write the cache folder could run code in the processes that read it, so cache_folder.py
+reads nothing from a folder or file that anyone but the current user may write.
 """
 from __future__ import annotations
 
@@ -82,10 +85,24 @@ def stable_repr(value) -> str:
         return str(value)
     if isinstance(value, torch._ops.HigherOrderOperator):
         return f"torch.ops.higher_order.{value.name()}"
+    public = public_name(value)
+    if public is not None:
+        return ".".join(public)
     qualname = getattr(value, "__qualname__", None)
     if isinstance(qualname, str) and callable(value):
         return f"{getattr(value, '__module__', None)}.{qualname}"
     return repr(value)
+
+
+def public_name(fn) -> tuple[str, str] | None:
+    """(module, name) of a local function of torch's that its module exports under its name, else
+    None. boolean_dispatch (torch._jit_internal) makes F.max_pool1d/2d/3d, F.adaptive_max_pool*
+    and F.fractional_max_pool* as closures: their qualified name, "boolean_dispatch.<locals>.fn",
+    neither tells them apart nor finds them again, their public name does both."""
+    if not isinstance(fn, types.FunctionType) or "<locals>" not in fn.__qualname__ or not _trusted(fn):
+        return None
+    module = sys.modules.get(fn.__module__)
+    return (fn.__module__, fn.__name__) if getattr(module, fn.__name__, None) is fn else None
 
 
 def kind_name(kind) -> str:
@@ -151,6 +168,9 @@ class _Pickler(pickle.Pickler):
             return _graph_module, _graph_module_table(obj)
         if isinstance(obj, types.ModuleType):
             return _import_module, (obj.__name__,)
+        public = public_name(obj)
+        if public is not None:
+            return _public_function, public
         if isinstance(obj, (fx.Node, fx.Graph)):
             raise NotStorable(f"a {type(obj).__name__} outside a GraphModule")
         if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)) and not _trusted(obj):
@@ -282,6 +302,14 @@ def _import_module(name: str) -> types.ModuleType:
     if name.split(".")[0] not in TRUSTED_MODULES:
         raise BadPayload(f"the payload imports {name}")
     return importlib.import_module(name)
+
+
+def _public_function(module: str, name: str) -> types.FunctionType:
+    """`public_name`'s function again: `name` in `module` (one of TRUSTED_MODULES)."""
+    function = getattr(_import_module(module), name, None)
+    if not isinstance(function, types.FunctionType):
+        raise BadPayload(f"the payload names {module}.{name}, which is no function here")
+    return function
 
 
 def _resolve_global(module: str, qualname: str):

@@ -159,6 +159,9 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
         if store is not None:
             with phases("disk cache store"):
                 phases.record.disk_cache = store(partitioned)
+            if phases.record.disk_cache.startswith("not stored: "):
+                log.info("aotgrad %s: not stored in the disk cache: %s", fn_name,
+                         phases.record.disk_cache.removeprefix("not stored: "))
     runtime = instantiate(partitioned, options, phases)
     record = phases.finish()
     return runtime, partitioned.forward, partitioned.backward, guard, record

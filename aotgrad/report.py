@@ -22,6 +22,7 @@ import io
 import os
 import runpy
 import sys
+import tempfile
 import time
 import traceback
 from collections import Counter
@@ -151,16 +152,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_with_report(command: list[str], backend: str = "auto") -> Run:
     """Run `command` (as `python` would, minus the interpreter) and collect what it compiled.
-    aotgrad's disk cache is off for the run: a graph loaded from it has no joint graph to
-    draw the memory-vs-recompute curve from."""
+    aotgrad's disk cache is a new, empty folder for the run, deleted after: every graph is
+    traced (a graph loaded from the cache has no joint graph to draw the memory-vs-recompute
+    curve from), and each record says whether its graphs could be stored, or why not."""
     import aotgrad  # registers the backends
 
     run = Run(command, backend)
     started = time.perf_counter()
-    cache_dir, aotgrad.config.cache_dir = aotgrad.config.cache_dir, None  # every graph traced: joints for the curves
+    cache_dir = aotgrad.config.cache_dir
     try:
-        with substitute(backend, run.substitutions), watching(run):
-            run.exit_status, run.traceback = run_as_main(command)
+        with tempfile.TemporaryDirectory(prefix="aotgrad-report-") as folder:
+            aotgrad.config.cache_dir = folder
+            with substitute(backend, run.substitutions), watching(run):
+                run.exit_status, run.traceback = run_as_main(command)
     finally:
         aotgrad.config.cache_dir = cache_dir
     run.wall_seconds = time.perf_counter() - started
@@ -418,6 +422,13 @@ def _graphs(run: Run) -> str:
     return "\n".join(parts) + "</section>"
 
 
+def _disk_cache_text(disk_cache: str) -> str:
+    """The record's `disk_cache` for people: "disk cache: stored", or why the graphs were not."""
+    if disk_cache.startswith("not stored: "):
+        return "not stored in the disk cache: " + disk_cache.removeprefix("not stored: ")
+    return f"disk cache: {disk_cache}"
+
+
 def _graph(i: int, graph: Graph) -> str:
     record = graph.record
     heading = f"Graph {i}: {record.fn_name}"
@@ -428,7 +439,7 @@ def _graph(i: int, graph: Graph) -> str:
         parts.append(f'<p class="why-recompiled">recompiled because: {_e(graph.frame.recompile_reason)}</p>')
     phase_rows = [(name, _seconds(s)) for name, s in record.phases.items()] + [("total", _seconds(record.total))]
     parts.append(_table(("phase", "time"), phase_rows, "phases"))
-    parts.append(f'<p class="note">disk cache: {_e(record.disk_cache)}</p>')
+    parts.append(f'<p class="note">{_e(_disk_cache_text(record.disk_cache))}</p>')
     if record.forward is not None and record.backward is not None:
         parts.append(_saved_table(record))
         parts.append(_curve_figure(i, record))

@@ -115,6 +115,7 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
         examples[i] = size_carrier(sizes.pop(i), TracingContext.get().fake_mode)
     compiled = AotFunction(_ModuleAsFunction(gm, names, sizes, frozenset(carried)),
                            dataclasses.replace(options, dynamic=True))
+    compiled.disk_key = disk_cache.graph_key(gm, compiled.options)  # (not stored: the record says why)
     compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
     return _runner(compiled, params, skip=set(sizes), carried=carried)
 

@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 _KNOBS = ("partitioner", "activation_memory_budget", "activation_memory_budget_bytes", "optimize_ddp",
-          "compiled_autograd_verbose", "cache_dir", "log_level", "check_graphs")
+          "compiled_autograd_verbose", "cache_dir", "cache_size_limit_mb", "log_level", "check_graphs")
 
 
 @pytest.fixture(autouse=True)

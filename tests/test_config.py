@@ -21,7 +21,7 @@ PACKAGE = pathlib.Path(aotgrad.__file__).parent
 # XDG_CACHE_HOME=<folder> (cache_dir is <folder>/aotgrad)
 DEFAULTS = {"partitioner": "default", "activation_memory_budget": 1.0, "activation_memory_budget_bytes": None,
             "optimize_ddp": True, "compiled_autograd_verbose": False, "log_level": "warning",
-            "check_graphs": False}
+            "check_graphs": False, "cache_size_limit_mb": 1024}
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +95,9 @@ INVALID = [
     ("cache_dir", "", "None (no disk cache) or a directory's path"),
     ("cache_dir", 3, "None (no disk cache) or a directory's path"),
     ("cache_dir", b"/tmp/aotgrad", "None (no disk cache) or a directory's path"),
+    ("cache_size_limit_mb", -1, "None (no limit) or a non-negative number of MiB"),
+    ("cache_size_limit_mb", "1G", "None (no limit) or a non-negative number of MiB"),
+    ("cache_size_limit_mb", False, "not a bool"),
 ]
 
 
@@ -119,6 +122,8 @@ VALID = [
     ("optimize_ddp", False), ("compiled_autograd_verbose", True), ("check_graphs", True),
     ("log_level", "DeBuG"), ("log_level", " info "), ("log_level", "warning"),
     ("cache_dir", None), ("cache_dir", "/tmp/aotgrad-cache"), ("cache_dir", pathlib.Path("/tmp/aotgrad-cache")),
+    ("cache_size_limit_mb", None), ("cache_size_limit_mb", 0), ("cache_size_limit_mb", 0.5),
+    ("cache_size_limit_mb", 4096),
 ]
 
 

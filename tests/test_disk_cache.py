@@ -1,7 +1,9 @@
 """The disk cache (aotgrad/disk_cache.py): a second process loads what the first traced and
 partitioned, and the loaded graphs behave as a fresh compile's (outputs, grads, BatchNorm
-statistics, output aliases, printed graphs); every part of the key invalidates; corrupt
-entries are rejected and rebuilt; concurrent writers leave only whole entries.
+statistics, output aliases, printed graphs); every part of the key invalidates; what is not
+stored says why; loads pause the garbage collector; the size limit evicts the least recently
+used; a folder or entry others may write is neither read nor written; corrupt entries are
+rejected and rebuilt; concurrent writers leave only whole entries.
 
 Each test gets its own empty cache folder. A "second process" is a subprocess where the point
 is the process boundary, else `torch._dynamo.reset()` and a new torch.compile (aotgrad keeps
@@ -9,6 +11,7 @@ no in-memory cache across aot_module_simplified calls)."""
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import logging
 import os
@@ -26,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import aotgrad
-from aotgrad import disk_cache, graph_pickle, phases
+from aotgrad import cache_folder, disk_cache, generated, graph_pickle, phases
 from aotgrad.printing import format_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +66,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     """An empty cache folder for this test, and counters read as changes from here."""
     folder = tmp_path / "cache"
     monkeypatch.setattr(aotgrad.config, "cache_dir", str(folder))
+    monkeypatch.setattr(cache_folder, "_warned", set())  # each test sees its warnings
     before = Counter(aotgrad.counters["disk_cache"])
     aotgrad.counters["disk_cache"].clear()
     yield folder
@@ -175,6 +179,42 @@ def test_another_process_hits_and_matches_eager(cache):
     torch.testing.assert_close(other["buffers"], [b.float().sum().item() for b in eager["buffers"]])
 
 
+class PoolNet(nn.Module):
+    """Max pooling through torch.nn.functional's boolean_dispatch closures (F.max_pool2d,
+    F.adaptive_max_pool2d), which pickle cannot name."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = F.max_pool2d(self.conv(x), 2)
+        return F.adaptive_max_pool2d(h, 2).pow(2).mean(), x.flatten(1).t()
+
+
+def test_a_graph_calling_max_pool2d_is_stored_and_hits(cache):
+    torch.manual_seed(0)
+    model, x = PoolNet(), torch.randn(2, 3, 8, 8)
+    eager = train_step(copy.deepcopy(model), x, None)
+    cold = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert cold["cache"] == ["stored"]
+    warm = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert warm["cache"] == ["hit"] and warm["graphs"] == cold["graphs"]
+    assert_same_training(warm, eager)
+
+
+BOOLEAN_DISPATCHED = [F.max_pool1d, F.max_pool2d, F.max_pool3d, F.adaptive_max_pool1d, F.adaptive_max_pool2d,
+                      F.adaptive_max_pool3d, F.fractional_max_pool2d, F.fractional_max_pool3d]
+
+
+def test_boolean_dispatch_functions_are_stored_by_their_public_name():
+    payload = graph_pickle.dumps(BOOLEAN_DISPATCHED, [])
+    assert b"<locals>" not in payload and b"max_pool2d" in payload
+    assert graph_pickle.loads(payload, None, {}) == BOOLEAN_DISPATCHED  # the same objects
+    names = [graph_pickle.stable_repr(fn) for fn in BOOLEAN_DISPATCHED]
+    assert names[1] == "torch.nn.functional.max_pool2d" and len(set(names)) == len(names)
+
+
 # -- keys ---------------------------------------------------------------------
 
 class FlatNet(Net):
@@ -285,22 +325,30 @@ def test_autocast_is_in_the_key(cache):
         assert compile_graph(gm, x) == "hit"
 
 
-def test_a_graph_calling_a_user_function_is_not_cached(cache):
+def test_a_graph_calling_a_user_function_is_not_stored_and_says_why_at_info(cache, caplog):
     def user_function(t):
         return t * 2
     gm = traced_net()
     relu = _relu(gm)
     relu.target, relu.kwargs = user_function, {}  # its code could change while the graph's stays the same
     gm.recompile()
-    assert disk_cache.graph_key(gm, aotgrad.pipeline.Options(aotgrad.nop)) is None
-    assert compile_graph(gm, torch.randn(8, 6)) == "off"
+    why = f"node relu calls {__name__}.{user_function.__qualname__}, whose code the key cannot see"
+    assert disk_cache.graph_key(gm, aotgrad.pipeline.Options(aotgrad.nop)) == why
+    with caplog.at_level(logging.INFO, logger="aotgrad"):
+        assert compile_graph(gm, torch.randn(8, 6)) == f"not stored: {why}"
+    assert f"aotgrad torch.compile graph: not stored in the disk cache: {why}" in caplog.messages
     assert entries(cache) == []
 
 
-def test_symbolic_graphs_are_not_stored(cache):
+def test_symbolic_graphs_are_not_stored_and_say_why(cache, caplog):
     model, x = net_and_input()
     torch._dynamo.reset()
-    torch.compile(model, backend="aotgrad", dynamic=True)(x)
+    with phases.watch() as records, caplog.at_level(logging.INFO, logger="aotgrad"):
+        torch.compile(model, backend="aotgrad", dynamic=True)(x)
+    assert [r.disk_cache for r in records] == ["not stored: the graphs have symbolic sizes"]
+    assert aotgrad.counters["disk_cache"] == Counter()  # not looked for either: no miss
+    assert "aotgrad torch.compile graph: not stored in the disk cache: the graphs have symbolic sizes" \
+        in caplog.messages
     assert compile_graph(traced_net(), x, dynamic=True) == "not stored: the graphs have symbolic sizes"
     assert entries(cache) == [] and aotgrad.counters["disk_cache"]["stores"] == 0
 
@@ -331,6 +379,42 @@ def test_an_unpicklable_value_is_not_stored_and_nothing_is_written(cache):
     reason = disk_cache.store(disk_cache.entry_key("graph", ("call",)), partitioned, out_spec)
     assert reason.startswith(f"not stored: the payload names {__name__}.")
     assert entries(cache) == [path] and not list(cache.glob("**/*.tmp"))
+
+
+def _watch_collector(monkeypatch, fail: bool = False) -> list[bool]:
+    """Whether the garbage collector was on at each graph_pickle.loads (which raises with `fail`)."""
+    seen, real_loads = [], graph_pickle.loads
+
+    def watched(*args):
+        seen.append(gc.isenabled())
+        if fail:
+            raise graph_pickle.BadPayload("made to fail")
+        return real_loads(*args)
+    monkeypatch.setattr(graph_pickle, "loads", watched)
+    return seen
+
+
+def test_loading_pauses_the_garbage_collector(cache, monkeypatch):
+    # (a load makes ~10k objects and frees few: with the collector on, they set off collections,
+    # every few loads a full one; docs/benchmarks.md measures the pause)
+    compile_graph(traced_net(), torch.randn(8, 6))
+    seen = _watch_collector(monkeypatch)
+    assert load_entry(entries(cache)[0]) is not None
+    assert seen == [False] and gc.isenabled()
+
+
+def test_loading_leaves_the_garbage_collector_as_it_found_it(cache, monkeypatch):
+    compile_graph(traced_net(), torch.randn(8, 6))
+    [path] = entries(cache)
+    gc.disable()
+    try:
+        assert load_entry(path) is not None
+        assert not gc.isenabled()  # the caller's choice, kept
+    finally:
+        gc.enable()
+    seen = _watch_collector(monkeypatch, fail=True)
+    assert load_entry(path) is None and seen == [False]  # rejected
+    assert gc.isenabled()
 
 
 def test_a_saved_value_loads_as_one_fake_tensor_in_both_graphs(cache):
@@ -396,6 +480,161 @@ def test_a_loaded_graph_deep_copies(cache):
     gm = _loaded_forward(cache)
     twin = copy.deepcopy(gm)
     assert twin.code == gm.code and format_graph(twin) == format_graph(gm)
+
+
+# -- size limit -------------------------------------------------------------------
+
+def _store_each(gm: fx.GraphModule, cache: Path, batches) -> dict[int, Path]:
+    """Compile `gm` for each batch size (each stored); the entry of each."""
+    stored = {}
+    for batch in batches:
+        before = set(entries(cache))
+        assert compile_graph(gm, torch.randn(batch, 6)) == "stored"
+        [stored[batch]] = set(entries(cache)) - before
+    return stored
+
+
+def test_a_store_past_the_size_limit_evicts_the_least_recently_used_files(cache, monkeypatch):
+    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", None)
+    gm = traced_net()
+    stored = _store_each(gm, cache, (8, 4, 2))
+    for path, _ in cache_folder.files():
+        os.utime(path, (4000, 4000))  # generated code: used after the entries below
+    for used, batch in enumerate((8, 4, 2), start=1):
+        os.utime(stored[batch], (used * 1000, used * 1000))
+    assert compile_graph(gm, torch.randn(8, 6)) == "hit"  # used now: batch 4's entry is the least recent
+    total, entry = sum(stat.st_size for _, stat in cache_folder.files()), stored[4].stat().st_size
+    # a limit the next store passes, and deleting one entry brings the folder under EVICT_TO of
+    low, high = total / cache_folder.EVICT_TO, total + entry
+    assert low < high, "an entry is too small beside the generated code for this test"
+    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", (low + high) / 2 / 2**20)
+    assert compile_graph(gm, torch.randn(3, 6)) == "stored"
+    assert [stored[batch].exists() for batch in (8, 4, 2)] == [True, False, True]
+    assert len(entries(cache)) == 3 and aotgrad.counters["disk_cache"]["evicted"] == 1
+
+
+def test_under_the_limit_a_process_counts_the_folder_only_at_its_first_store(cache, monkeypatch):
+    gm = traced_net()
+    _store_each(gm, cache, (8,))
+    counted, real_files = [], cache_folder.files
+    monkeypatch.setattr(cache_folder, "files", lambda: counted.append(1) or real_files())
+    _store_each(gm, cache, (4, 2))  # (listing a folder of 60k files takes 0.2-0.7 s)
+    assert counted == []
+
+
+def test_the_entry_just_stored_is_kept_whatever_the_limit(cache, monkeypatch):
+    gm = traced_net()
+    _store_each(gm, cache, (8,))
+    monkeypatch.setattr(aotgrad.config, "cache_size_limit_mb", 0)
+    [kept] = _store_each(gm, cache, (4,)).values()
+    assert entries(cache) == [kept]
+    assert compile_graph(gm, torch.randn(4, 6)) == "hit"
+
+
+# -- who may write the folder -------------------------------------------------------
+
+def _count_unpickling(monkeypatch) -> list:
+    calls, real_loads = [], graph_pickle.loads
+
+    def counted(*args):
+        calls.append(args)
+        return real_loads(*args)
+    monkeypatch.setattr(graph_pickle, "loads", counted)
+    return calls
+
+
+def _warnings_about(caplog, path: Path) -> list[str]:
+    return [m for m in caplog.messages if m.startswith(f"aotgrad disk cache: not using {path}: ")]
+
+
+def test_a_cache_folder_others_may_write_is_not_read_and_warned_about_once(cache, monkeypatch, caplog):
+    model, x = net_and_input()
+    eager = train_step(copy.deepcopy(model), x, None)
+    train_step(copy.deepcopy(model), x, "aotgrad")
+    [path] = entries(cache)
+    stored = path.read_bytes()
+    os.chmod(cache, 0o777)  # (as a shared AOTGRAD_CACHE_DIR=/tmp/... may be)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        runs = [train_step(copy.deepcopy(model), x, "aotgrad") for _ in range(2)]
+    assert unpickled == [] and aotgrad.counters["disk_cache"]["hits"] == 0
+    for run in runs:
+        assert run["cache"] == [f"not stored: others may write the cache folder {cache} (see the warning)"]
+        assert_same_training(run, eager)
+    [warning] = _warnings_about(caplog, cache)
+    assert "its group and all users may write it (mode drwxrwxrwx)" in warning
+    assert "whoever can write there could run code in this process" in warning
+    assert f"`chmod 700 {cache}`" in warning and "AOTGRAD_CACHE_DIR" in warning
+    assert entries(cache) == [path] and path.read_bytes() == stored  # nothing written either
+    os.chmod(cache, 0o700)
+    assert train_step(copy.deepcopy(model), x, "aotgrad")["cache"] == ["hit"]
+
+
+def test_an_entry_others_may_write_is_neither_read_nor_replaced(cache, monkeypatch, caplog):
+    gm, x = traced_net(), torch.randn(8, 6)
+    compile_graph(gm, x)
+    [path] = entries(cache)
+    os.chmod(path, 0o664)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        did = compile_graph(gm, x)
+    assert did == f"not stored: others may write {path} or a folder above it (see the warning)"
+    assert unpickled == [] and aotgrad.counters["disk_cache"]["hits"] == 0
+    [warning] = _warnings_about(caplog, path)
+    assert "its group may write it (mode -rw-rw-r--)" in warning and f"`chmod 600 {path}`" in warning
+    assert path.stat().st_mode & 0o777 == 0o664  # not replaced
+
+
+def test_a_cache_folder_of_another_user_is_not_read(cache, monkeypatch, caplog):
+    gm, x = traced_net(), torch.randn(8, 6)
+    compile_graph(gm, x)
+    owner = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        did = compile_graph(gm, x)
+    assert did.startswith("not stored: others may write the cache folder") and unpickled == []
+    [warning] = _warnings_about(caplog, cache)
+    assert f"it belongs to user id {owner}, not to this process's user ({owner + 1})" in warning
+    assert "chmod" not in warning and "a folder of your own" in warning
+
+
+def test_a_cache_subfolder_others_may_write_is_not_read(cache, monkeypatch, caplog):
+    gm, x = traced_net(), torch.randn(8, 6)
+    compile_graph(gm, x)
+    [path] = entries(cache)
+    os.chmod(path.parent, 0o757)
+    unpickled = _count_unpickling(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        did = compile_graph(gm, x)
+    assert did.startswith("not stored: others may write") and unpickled == []
+    [warning] = _warnings_about(caplog, path.parent)
+    assert "all users may write it (mode drwxr-xrwx)" in warning
+
+
+def test_nothing_in_a_folder_others_may_write_is_even_opened(cache, monkeypatch):
+    compile_graph(traced_net(), torch.randn(8, 6))
+    [path] = entries(cache)
+    os.chmod(path.parent, 0o777)
+
+    def refuse(*args, **kwargs):  # (opening a FIFO someone put there would block)
+        raise AssertionError(f"opened {args[0]}")
+    monkeypatch.setitem(cache_folder.__dict__, "open", refuse)
+    assert cache_folder.read_private(path) is None
+
+
+def test_the_cache_folders_and_files_aotgrad_makes_are_private(cache):
+    umask = os.umask(0o002)  # group-writable by default, as on many shared machines
+    try:
+        generated.define("def f():\n    return 1\n", "<f>", {}, "f")  # the code folder first: it makes the root
+        compile_graph(traced_net(), torch.randn(8, 6))
+    finally:
+        os.umask(umask)
+    folders = [cache, *(p for p in cache.rglob("*") if p.is_dir())]
+    files = [p for p in cache.rglob("*") if p.is_file()]
+    assert {cache, cache / "code"} < set(folders) and len(files) >= 2  # and the xx of each file
+    assert {oct(p.stat().st_mode & 0o777) for p in folders} == {"0o700"}
+    assert {oct(p.stat().st_mode & 0o777) for p in files} == {"0o600"}
 
 
 # -- corruption -----------------------------------------------------------------

@@ -1,18 +1,21 @@
 """Generated source (aotgrad/generated.py): the code objects are kept on disk, so a second
 process reads them instead of compiling; tracebacks name this call's file; a corrupt file is
-rejected, deleted and compiled again; with the cache off nothing is written."""
+rejected, deleted and compiled again; with the cache off nothing is written; in a folder others
+may write nothing is read or written."""
 from __future__ import annotations
 
 import hashlib
 import logging
 import marshal
+import os
 import traceback
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
 
 import aotgrad
-from aotgrad import generated
+from aotgrad import cache_folder, generated
 
 SOURCE = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return [x * i for i in range(3)]\n"
 
@@ -78,3 +81,27 @@ def test_clear_deletes_the_code_too(cache):
     generated.define(SOURCE, "<first>", {}, "f")
     assert aotgrad.disk_cache.clear() == 0  # no graph entries
     assert code_files(cache) == []
+
+
+def test_code_in_a_folder_others_may_write_is_neither_read_nor_written(cache, monkeypatch, caplog):
+    monkeypatch.setattr(cache_folder, "_warned", set())
+    generated.define(SOURCE, "<first>", {}, "f")
+    [path] = code_files(cache)
+    os.chmod(cache / "code", 0o777)
+    unmarshalled = []
+    monkeypatch.setattr(generated, "marshal", SimpleNamespace(
+        loads=lambda data: unmarshalled.append(data), dumps=marshal.dumps))
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        assert generated.define(SOURCE, "<again>", {}, "f")(2) == [0, 2, 4]  # compiled here
+        assert generated.define(SOURCE.replace("x * i", "x + i"), "<other>", {}, "f")(2) == [2, 3, 4]
+    assert unmarshalled == [] and code_files(cache) == [path]
+    [warning] = [m for m in caplog.messages if m.startswith("aotgrad disk cache: not using")]
+    assert f"not using {cache / 'code'}: its group and all users may write it" in warning
+
+
+def test_reading_code_marks_it_used_for_the_size_limit(cache):
+    generated.define(SOURCE, "<first>", {}, "f")
+    [path] = code_files(cache)
+    os.utime(path, (1000, 1000))  # (eviction deletes the oldest mtime first)
+    generated.define(SOURCE, "<again>", {}, "f")
+    assert path.stat().st_mtime > 1000

@@ -158,6 +158,12 @@ def test_script_page_gives_dynamo_and_compiled_autograd_recompile_reasons(tiny_p
     assert "new autograd node" in page  # why capture 0 missed
 
 
+def test_script_page_says_which_graphs_were_not_stored_in_the_disk_cache_and_why(tiny_page):
+    _, page, _ = tiny_page
+    assert page.count("disk cache: stored") == 1  # the first graph, on a fresh cache folder
+    assert page.count("not stored in the disk cache: the graphs have symbolic sizes") == 1  # the recompile's
+
+
 def test_page_is_self_contained(tiny_page):
     _, page, _ = tiny_page
     assert "<script" not in page and "<link" not in page
