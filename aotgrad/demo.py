@@ -493,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
           f"aotgrad {aotgrad.__version__}")
     print("first step = compile + one step (aotgrad's disk cache and Inductor's FX graph cache off: every graph "
           "is compiled here); runs step in rounds")
+    print("each aotgrad backend compiles just before the PyTorch one it is compared with, so the caches the first "
+          "warms (Dynamo's, Inductor's compiled kernels) favour PyTorch's first step")
     started = time.perf_counter()
     outcomes = []
     with aotgrad.config.patch(cache_dir=None), \
