@@ -228,11 +228,11 @@ def clear() -> int:
     return removed
 
 
-# -- python -m aotgrad cache ----------------------------------------------------------
+# -- aotgrad cache --------------------------------------------------------------------
 
 def main(argv: list[str]) -> int:
-    """`python -m aotgrad cache info|clear`: describe the disk cache folder, or empty it."""
-    parser = argparse.ArgumentParser(prog="python -m aotgrad cache", description=(
+    """`aotgrad cache info|clear`: describe the disk cache folder, or empty it."""
+    parser = argparse.ArgumentParser(prog="aotgrad cache", description=(
         "aotgrad's disk cache of traced and partitioned graphs (aotgrad.config.cache_dir, set by "
         "AOTGRAD_CACHE_DIR). `info`: the folder, whether only you may write it (aotgrad uses it only "
         "then), its entries, size and limit (aotgrad.config.cache_size_limit_mb). `clear`: delete every "
@@ -255,7 +255,7 @@ def main(argv: list[str]) -> int:
 
 
 def info_lines(cache: Path) -> list[str]:
-    """What `python -m aotgrad cache info` prints about the existing folder `cache`."""
+    """What `aotgrad cache info` prints about the existing folder `cache`."""
     found = files()
     entries = [path for path, _ in found if os.path.dirname(os.path.dirname(path)) == str(cache)]
     size = sum(stat.st_size for _, stat in found)

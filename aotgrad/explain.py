@@ -13,10 +13,17 @@ words; `print(explanation)` shows, in order:
     compile time        per phase, ms and share
 
 The attributes (`forward_graph`, `saved`, `mutations`, `phases`, ...) hold the same facts.
+`aotgrad explain SCRIPT.py [args]` (`main`) runs a script with aotgrad's backends, as
+`aotgrad report` does, and prints the explanation of every compile it made.
 """
 from __future__ import annotations
 
+import argparse
 import inspect
+import os
+import re
+import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -411,3 +418,61 @@ def _table(rows: list[tuple], right: tuple[int, ...] = ()) -> list[str]:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return ["  " + "  ".join(cell.rjust(w) if c in right else cell.ljust(w)
                              for c, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
+# -- the command line: `aotgrad explain SCRIPT.py [args]` -----------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a script (or `-m` module) as `__main__` with aotgrad's backends in place of the
+    ones it asks torch.compile for (report.py's `substitute`, disk cache off so every graph
+    is traced), then print each compile's explanation; exit with the script's status."""
+    from aotgrad import config, report
+
+    parser = argparse.ArgumentParser(
+        prog="aotgrad explain",
+        usage="aotgrad explain [--backend CHOICE] (SCRIPT.py | -m MODULE) [args ...]",
+        description="Run a script with aotgrad's backends and print what each compile made of it: "
+                    "forward and backward graphs, saved values, input mutations, output aliases.")
+    parser.add_argument("--backend", choices=("auto", "aotgrad", "aotgrad_inductor"), default="auto",
+                        help="auto (default): torch.compile's inductor (or no backend) runs as aotgrad_inductor "
+                             "and aot_eager as aotgrad; aotgrad or aotgrad_inductor: every backend named by a "
+                             "string runs as that one")
+    own, command = report.split_command_line(sys.argv[1:] if argv is None else argv)
+    options = parser.parse_args(own)
+    if not command or command == ["-m"]:
+        parser.error("name a script to run (SCRIPT.py [args]) or a module (-m MODULE [args])")
+    if command[0] != "-m" and not os.path.isfile(command[0]):
+        parser.error(f"no such script: {command[0]}")
+    seen: list[tuple] = []
+    with config.patch(cache_dir=None), report.substitute(options.backend, Counter()), \
+            _phases.watch(lambda record: seen.append((record, _dynamo_input_names()))):
+        status, _ = report.run_as_main(command)
+    for k, (record, names) in enumerate(seen, 1):
+        print(f"\n== compile {k} of {len(seen)}: {record.origin}\n")
+        print(_explanation([record], names))
+    if not seen:
+        print("aotgrad explain: the script compiled nothing with aotgrad's backends", file=sys.stderr)
+    return status
+
+
+def _dynamo_input_names() -> list[tuple[str, str]]:
+    """(name, kind) of the placeholders of the graph torch.compile is compiling now, named
+    after Dynamo's sources (`L['x']` -> `x`, `G['model']._modules['0']._parameters['weight']`
+    -> `model.0.weight`); [] when no Dynamo compile is running (then the placeholders keep
+    their own names)."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    try:
+        placeholders = InstructionTranslator.current_tx().output.graph.find_nodes(op="placeholder")
+    except (AttributeError, IndexError, AssertionError, RuntimeError):
+        return []
+    names = []
+    for node in placeholders:
+        arg = node.meta.get("grapharg")
+        source = getattr(arg, "source", None)
+        name = source.name() if callable(getattr(source, "name", None)) else getattr(source, "name", node.name)
+        name = re.sub(r"\._(?:modules|parameters|buffers)\['([^']*)'\]", r".\1", name)
+        name = re.sub(r"^[LG]\['([^']*)'\]", r"\1", name)
+        kind = "parameter" if isinstance(getattr(arg, "example", None), torch.nn.Parameter) else "input"
+        names.append((name, kind))
+    return names

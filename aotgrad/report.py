@@ -100,8 +100,8 @@ class Run:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m aotgrad report",
-        usage="python -m aotgrad report [--out PATH] [--backend CHOICE] (SCRIPT.py | -m MODULE) [args ...]",
+        prog="aotgrad report",
+        usage="aotgrad report [--out PATH] [--backend CHOICE] (SCRIPT.py | -m MODULE) [args ...]",
         description="Run a script with aotgrad's backends and write one HTML page of every graph it compiled.")
     parser.add_argument("--out", default="aotgrad_report.html", help="the page to write (default %(default)s)")
     parser.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",

@@ -160,3 +160,39 @@ input mutations: 3
   1.num_batches_tracked  1.num_batches_tracked.copy_(add) under no_grad (autograd does not see it)""")
         self.assertIn("# returns: mm = grad of 0.weight, sum_1 = grad of 0.bias", e.backward_graph)
         self.assertEqual(m[1].num_batches_tracked.item(), 0)  # nothing ran
+
+
+# -- `aotgrad explain SCRIPT.py [args]` ------------------------------------------------
+
+EXPLAINED_SCRIPT = '''
+import sys
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+
+
+@torch.compile(backend="aot_eager")
+def step(x):
+    return model(x).sum()
+
+
+step(torch.randn(2, 3)).backward()
+print("script arguments:", sys.argv[1:])
+sys.exit(int(sys.argv[1]))
+'''
+
+
+def test_command_explains_each_compile_of_a_script_under_aotgrad(tmp_path, capsys):
+    import importlib
+
+    script = tmp_path / "train.py"
+    script.write_text(EXPLAINED_SCRIPT)
+    torch._dynamo.reset()
+    status = importlib.import_module("aotgrad.explain").main([str(script), "3"])
+    out = capsys.readouterr().out
+    assert status == 3  # the script's own
+    assert out.startswith("script arguments: ['3']\n\n== compile 1 of 1: step at ")
+    assert "  primals_1  model.0.weight  f32[4, 3]  parameter, requires grad\n" in out
+    assert "  primals_3  x               f32[2, 3]\n" in out
+    assert "# returns: mm = grad of model.0.weight, sum_2 = grad of model.0.bias" in out
+    assert "\nsaved for backward: " in out and "\ncompile time: " in out

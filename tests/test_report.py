@@ -72,7 +72,8 @@ def _report(folder: Path, *args: str) -> tuple[subprocess.CompletedProcess, str]
 @pytest.fixture(scope="module")
 def demo_page(tmp_path_factory) -> tuple[subprocess.CompletedProcess, str, Path]:
     folder = tmp_path_factory.mktemp("demo")
-    result, page = _report(folder, "-m", "aotgrad", "demo", "--steps", "3")
+    result, page = _report(folder, "-m", "aotgrad", "demo", "--models", "cnn", "--backends", "aotgrad",
+                           "--budgets", "1", "--steps", "3")
     return result, page, folder / "report.html"
 
 
@@ -127,14 +128,14 @@ def test_compile_backends_become_aotgrads_only_for_the_run():
 def test_demo_page_has_its_graph_saved_values_and_curve(demo_page):
     result, page, _ = demo_page
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "PASS: aotgrad matches eager" in result.stdout  # the demo ran, its output untouched
-    assert 'id="graph-0"' in page and 'id="graph-1"' not in page
+    assert "PASS: all 1 compiled runs match eager" in result.stdout  # the demo ran, its output untouched
+    assert 'id="graph-1"' in page and 'id="graph-2"' not in page  # graph 0: the demo's warm-up
     assert '<pre class="fx forward">def forward(self, primals_1' in page
     assert '<pre class="fx backward">def backward(self, ' in page
     assert "aten.convolution.default" in page and "aten.convolution_backward.default" in page
     assert '<table class="saved">' in page and '<table class="budgets">' in page
-    assert [img.format for img in _pngs(page)] == ["PNG"]
-    assert _pngs(page)[0].size[0] >= 400
+    assert [img.format for img in _pngs(page)] == ["PNG", "PNG"]  # a curve per graph
+    assert _pngs(page)[1].size[0] >= 400
 
 
 def test_script_page_has_every_graph_and_capture(tiny_page):
