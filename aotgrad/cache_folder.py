@@ -3,7 +3,7 @@
 In: paths under the folder, from disk_cache.py (graph entries, `3f/3f9c...`) and generated.py
 (code objects, `code/3f/3f9c...`). Out: their bytes, read only where no one else could have
 written them; files written whole and private; the least recently used deleted past
-`config.cache_size_limit_mb`; `python -m aotgrad cache info|clear` (`main`).
+`config.cache_size_limit_mb`; `aotgrad cache info|clear` (`main`).
 
 Entries are pickles, and loading a pickle runs what it names: whoever can write the folder
 could run code in every process that reads it. So, as ssh does for its keys, aotgrad reads a

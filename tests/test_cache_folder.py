@@ -1,4 +1,4 @@
-"""`python -m aotgrad cache info|clear` (aotgrad/cache_folder.py's `main`), run through
+"""`aotgrad cache info|clear` (aotgrad/cache_folder.py's `main`), run through
 aotgrad.__main__.main on a cache folder of the test's own. (Who may write the folder, and
 the size limit, are tested through the disk cache: tests/test_disk_cache.py.)"""
 from __future__ import annotations
@@ -87,17 +87,15 @@ def test_cache_commands_say_when_there_is_no_folder(cache, capsys, monkeypatch):
 
 
 def test_cache_help_describes_both_actions_and_the_usage_lists_the_command(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["cache", "--help"])
+    code = main(["cache", "--help"])
     out = capsys.readouterr().out
-    assert exit_.value.code == 0 and out.startswith("usage: python -m aotgrad cache [-h] {info,clear}")
+    assert code == 0 and out.startswith("usage: aotgrad cache [-h] {info,clear}")
     assert "`info`: the folder, whether only you may write it" in " ".join(out.split())
     assert "`clear`: delete every entry" in " ".join(out.split())
     main(["--help"])
-    assert "  cache    the disk cache: `info`" in capsys.readouterr().out
+    assert "  cache " in capsys.readouterr().out
 
 
 def test_cache_refuses_an_unknown_action(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["cache", "list"])
-    assert exit_.value.code == 2 and "invalid choice: 'list'" in capsys.readouterr().err
+    code = main(["cache", "list"])
+    assert code == 2 and "invalid choice: 'list'" in capsys.readouterr().err
