@@ -18,7 +18,6 @@ import base64
 import contextlib
 import functools
 import html
-import io
 import os
 import runpy
 import sys
@@ -33,14 +32,11 @@ import torch.fx as fx
 
 from aotgrad import phases
 from aotgrad.printing import format_graph
+from aotgrad.report_curve import CURVE_MAX_NODES, HOW_TO_READ, axis_labels, plot_curve, tradeoff_curve
 
 # --backend auto: what each torch.compile backend name runs as (other names are kept).
 AUTO_BACKENDS = {"inductor": "aotgrad_inductor", "aot_eager": "aotgrad"}
 BACKEND_CHOICES = ("auto", "aotgrad", "aotgrad_inductor", "keep")
-# The memory budgets whose min-cut partitions the curve marks (0.0: the fewest bytes).
-CURVE_BUDGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
-# Joint graphs larger than this get no curve (each budget solves a few min-cut problems).
-CURVE_MAX_NODES = 20_000
 
 
 # -- what a run collects ----------------------------------------------------------------
@@ -70,14 +66,6 @@ class Capture:
     text: str
     reasons: list[str]
     nodes: int
-
-
-@dataclass
-class Curve:
-    """Saved bytes against recompute cost (partition/cost.py's model) for one joint graph."""
-    hull: list[tuple[int, int]]                          # the lambda sweep's lower hull
-    budgets: list[tuple[float, int, int, int]]           # (budget, bytes, recompute, backward peak)
-    chosen: tuple[int, int, int] | None                  # this compile's partition, the same three
 
 
 @dataclass
@@ -284,80 +272,6 @@ def _match_frames(run: Run) -> None:
             graph.frame, j = run.frames[k], k
 
 
-# -- memory against recompute -----------------------------------------------------------
-
-def tradeoff_curve(record: phases.CompileRecord) -> Curve | None:
-    """The joint graph's min-cut trade-off: the hull of (saved bytes, recompute cost), the
-    partitions at CURVE_BUDGETS, and where this compile's own partition lies. Reads the
-    joint graph only (split_joint and the cut problem build their own structures)."""
-    from aotgrad.partition import min_cut
-    from aotgrad.partition.graphs import split_joint
-
-    if record.joint is None or record.forward is None:
-        return None
-    problem = min_cut.cut_problem(split_joint(record.joint, record.num_forward_outputs))
-    if not problem.needed:
-        return None
-    hull = min_cut.hull_cuts(problem)  # most bytes first
-    budgets = []
-    for budget in CURVE_BUDGETS:
-        try:
-            cut = min_cut.choose_cut(problem, budget, None) if budget > 0 else hull[-1]
-        except min_cut.MemoryBudgetError:  # no partition saves that little
-            continue
-        budgets.append((budget, cut.bytes, cut.recompute, problem.schedule(cut.saved).peak))
-    saved = _saved_in_joint(record.joint, record.forward)
-    chosen = None
-    if saved is not None:
-        cut = min_cut.score_saved(problem, saved)
-        chosen = (cut.bytes, cut.recompute, problem.schedule(cut.saved).peak)
-    return Curve([(c.bytes, c.recompute) for c in hull], budgets, chosen)
-
-
-def _saved_in_joint(joint: fx.GraphModule, forward: fx.GraphModule) -> list[fx.Node] | None:
-    """The joint's nodes for the forward's saved outputs (matched by name), or None when
-    some have no counterpart (a copy the runtime added)."""
-    num_saved = forward.meta.get("num_saved", 0)
-    outputs = forward.graph.output_node().args[0]
-    by_name = {n.name: n for n in joint.graph.nodes}
-    saved = [o for o in outputs[len(outputs) - num_saved:] if isinstance(o, fx.Node)]
-    if any(o.name not in by_name for o in saved):
-        return None
-    return [by_name[o.name] for o in saved]
-
-
-def plot_curve(curve: Curve, title: str) -> bytes:
-    """The curve as a PNG (matplotlib's Agg canvas; pyplot and its global state untouched)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.4, 3.8), dpi=100)
-    ax = fig.add_subplot()
-    hull = sorted(curve.hull)
-    ax.plot([b / 1024 for b, _ in hull], [c for _, c in hull], "-o", color="#4c72b0", markersize=4,
-            label="min-cut hull (price sweep)")
-    labels: dict[tuple[int, int], list[str]] = {}  # budgets that got the same partition share a label
-    for budget, nbytes, recompute, _ in curve.budgets:
-        labels.setdefault((nbytes, recompute), []).append(f"{budget:g}")
-    if labels:
-        ax.scatter([b / 1024 for b, _ in labels], [c for _, c in labels], marker="s", s=30, color="#55a868",
-                   zorder=3, label="memory_budget")
-        for (nbytes, recompute), names in labels.items():
-            ax.annotate(", ".join(names), (nbytes / 1024, recompute), textcoords="offset points", xytext=(5, 5),
-                        fontsize=7)
-    if curve.chosen is not None:
-        ax.scatter([curve.chosen[0] / 1024], [curve.chosen[1]], marker="*", s=220, color="#c44e52", zorder=4,
-                   label="this compile's partition")
-    ax.set_xlabel("saved for backward (KiB, cost model)")
-    ax.set_ylabel("recompute cost (bytes moved)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
 # -- the page ---------------------------------------------------------------------------
 
 _CSS = """
@@ -478,12 +392,13 @@ def _curve_figure(i: int, record: phases.CompileRecord) -> str:
     rows = [(f"{b:g}", f"{nbytes:,}", f"{recompute:,}", f"{peak:,}") for b, nbytes, recompute, peak in curve.budgets]
     if curve.chosen is not None:
         rows.append(("this compile", *(f"{v:,}" for v in curve.chosen)))
+    x_label, y_label = (label.replace("\n", " ") for label in axis_labels(curve)[:2])
     source = base64.b64encode(png).decode("ascii")
-    return (f'<figure class="curve" id="curve-{i}"><img class="curve" alt="memory vs recompute, graph {i}" '
-            f'src="data:image/png;base64,{source}"><figcaption class="note">Min-cut partitions of the joint '
-            f'graph: saved bytes against recompute cost (aotgrad\'s cost model), at each memory_budget; '
-            f'the star is the partition this compile used.</figcaption></figure>'
-            + _table(("memory_budget", "saved bytes", "recompute", "backward peak bytes"), rows, "budgets"))
+    return (f'<figure class="curve" id="curve-{i}"><img class="curve" alt="memory vs recompute, graph {i}: '
+            f'{_e(x_label)} against {_e(y_label)}" src="data:image/png;base64,{source}">'
+            f'<figcaption class="how-to-read">{_e(HOW_TO_READ)}</figcaption></figure>'
+            + _table(("activation_memory_budget", "saved bytes", "recompute cost (bytes moved)",
+                      "backward peak bytes"), rows, "budgets"))
 
 
 def _captures(run: Run) -> str:
