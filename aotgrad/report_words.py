@@ -45,8 +45,8 @@ def frame_name(name: str) -> str:
         match = _RESUME.match(name)
     if not lines:
         return owner + name
-    return f"{owner}{name}, after the graph break{'s' if len(lines) > 1 else ''} at line{'s' if len(lines) > 1 else ''} " \
-           + ", ".join(lines)
+    plural = "s" if len(lines) > 1 else ""
+    return f"{owner}{name}, after the graph break{plural} at line{plural} " + ", ".join(lines)
 
 
 def graph_title(name: str, location: str) -> str:

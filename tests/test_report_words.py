@@ -139,7 +139,8 @@ def test_compiled_autograd_misses_in_words():
     recompiled = "new autograd node: CompiledFunctionBackward (NodeCall 1) with key size 35, previous key sizes=[35]"
     assert "which Dynamo compiled again" in words.miss_in_words(recompiled)
     other = "new autograd node: MulBackward0 (NodeCall 3) with key size 40, previous key sizes=[35]"
-    assert words.miss_in_words(other).startswith("The backward's autograd graph is new from MulBackward0 (NodeCall 3)")
+    assert words.miss_in_words(other).startswith(
+        "The backward's autograd graph is new from MulBackward0 (NodeCall 3)")
     dynamic = "changed shapes: marking size idx 0 of torch::autograd::GraphRoot (NodeCall 0) as dynamic"
     assert words.miss_in_words(dynamic) == (
         "A size changed (size 0 of torch::autograd::GraphRoot (NodeCall 0)): the backward is captured again with "
