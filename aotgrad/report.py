@@ -333,7 +333,9 @@ h3 { margin-bottom: .3em; } article { border: 1px solid #ddd; border-radius: 6px
 table { border-collapse: collapse; font-size: 13px; margin: .5em 0; }
 th, td { border: 1px solid #ddd; padding: 2px 8px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
 th { background: #f0f3f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-table.saved td:nth-child(-n+5), table.recomputed td:nth-child(-n+4) { white-space: nowrap; }
+table.saved td:is(:nth-child(1), :nth-child(3), :nth-child(4), :nth-child(5)),
+  table.recomputed td:nth-child(-n+3) { white-space: nowrap; }
+table.saved td:last-child, table.recomputed td:last-child { overflow-wrap: anywhere; min-width: 12em; }
 nav ul { margin: .3em 0; } nav li { font-size: 14px; }
 pre { background: #f6f8fa; border: 1px solid #e4e7eb; padding: .6em; font-size: 12px;
   white-space: pre-wrap; overflow-wrap: anywhere; }

@@ -335,19 +335,23 @@ def test_rendered_page_shows_every_graph_and_decoded_plot(chromium, tiny_page, t
 
 def test_rendered_graphs_wrap_their_long_lines(chromium, blocks_page, tmp_path):
     _, page, _ = blocks_page
-    # A copy that opens every graph, then records whether any <pre> or the page scrolls sideways.
+    # A copy that opens every graph, then records whether the page, any <pre> or any table
+    # reaches past its box (sideways scrolling), in a narrow window.
     probe = ("<script>window.addEventListener('load', () => { document.querySelectorAll('details')"
              ".forEach(d => d.open = true); const e = document.documentElement; "
              "e.setAttribute('data-page-overflows', e.scrollWidth > e.clientWidth); "
              "for (const pre of document.querySelectorAll('pre')) "
-             "pre.setAttribute('data-overflows', pre.scrollWidth > pre.clientWidth); });</script></body>")
+             "pre.setAttribute('data-overflows', pre.scrollWidth > pre.clientWidth); "
+             "for (const t of document.querySelectorAll('table')) t.setAttribute('data-overflows', "
+             "t.getBoundingClientRect().right > t.parentElement.getBoundingClientRect().right + 1); });</script></body>")
     probed = tmp_path / "probed.html"
     probed.write_text(page.replace("</body>", probe), encoding="utf-8")
-    dom = _chromium(chromium, tmp_path / "profile", "--window-size=1000,800", "--virtual-time-budget=10000",
+    dom = _chromium(chromium, tmp_path / "profile", "--window-size=760,800", "--virtual-time-budget=10000",
                     "--dump-dom", probed.as_uri()).stdout
     assert 'data-page-overflows="false"' in dom
-    overflows = re.findall(r'<pre class="([^"]*)" data-overflows="(\w+)"', dom)
-    assert len(overflows) >= 4 and all(o == "false" for _, o in overflows), overflows
+    overflows = re.findall(r'<(pre|table) class="([^"]*)" data-overflows="(\w+)"', dom)
+    assert {"fx forward", "fx backward", "saved"} <= {cls for _, cls, _ in overflows}, overflows
+    assert all(o == "false" for _, _, o in overflows), overflows
 
 
 def test_rendered_demo_page_screenshot_shows_the_plot(chromium, demo_page, tmp_path):
