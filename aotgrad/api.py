@@ -376,6 +376,9 @@ class AotFunction:
             entry.call = call_code(self.__name__, key, [type(t) for t in tensors], self.options.dynamic,
                                    runtime, out_spec, self.options.inputs_guarded)
         record.wrapper = _wrapper_source(entry)
+        if self.input_names is not None and synthetic_base is None:  # (a synthetic base's inputs are not the caller's)
+            record.input_names = [self.input_names[positions[i]] if positions[i] < len(self.input_names) else
+                                  f"input {positions[i]}" for i in keep]
         return entry
 
     def _disk_cache(self, key: tuple, out_spec: list) -> tuple[Callable | None, Callable | None]:

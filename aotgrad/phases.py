@@ -103,6 +103,9 @@ class CompileRecord:
     analysis: Any = None                     # analysis.ForwardAnalysis (None when loaded from disk)
     disk_cache: str = "off"                  # "off", "hit", "stored", or why it was not stored
     wrapper: str = ""                        # the generated runtime wrapper's source
+    # the caller's name of each distinct input, in the order of the forward's first placeholders
+    # (under torch.compile, Dynamo's: L_x_, L_self_modules_fc_parameters_weight_); None: unknown
+    input_names: list[str] | None = None
     # forward output index of each backward tangent, and input index of each backward output
     # (None: not recorded; `aotgrad.explain` then works them out from `analysis`)
     tangent_sources: list[int] | None = None

@@ -3,13 +3,15 @@
 In: a script (or `-m module`) and its arguments. It runs as `__main__` with aotgrad's
 backends in place of the ones it asks torch.compile for (`substitute`), while three
 watchers listen: `phases.watch()` (every ahead-of-time compile's `CompileRecord`), the
-compiled-autograd capture watchers (each captured backward and why the cache missed), and
-Dynamo's compilation metrics (each frame compiled, and why it recompiled).
+compiled-autograd capture watchers (each captured backward and why the cache missed),
+Dynamo's `graph_breaks` log (every graph break, with its reason and line) and Dynamo's
+compilation metrics (each frame compiled, and why it recompiled).
 Out: one self-contained HTML file (inline CSS, PNGs as data URIs, no scripts): a summary,
-then per graph its phase timings, forward and backward graphs, saved-for-backward table and
-memory-vs-recompute curve (min-cut partitions of its joint graph), then the captures, the
-recompile reasons and the timings. A script that raises still gets its page, with the
-traceback, and the command exits non-zero.
+the graph breaks, then per graph (named after its frame and modules) its phase timings,
+saved-for-backward table (parameters by name, other values by the op and module that made
+them), memory-vs-recompute curve (report_curve.py) and forward and backward graphs, then the
+captures, the recompile reasons and the timings; report_words.py words them. A script that
+raises still gets its page, with the traceback, and the command exits non-zero.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import base64
 import contextlib
 import functools
 import html
-import io
+import logging
 import os
 import runpy
 import sys
@@ -32,16 +34,16 @@ from typing import Iterator
 import torch
 import torch.fx as fx
 
-from aotgrad import phases
+from aotgrad import phases, report_words
 from aotgrad.printing import format_graph
+from aotgrad.report_curve import CURVE_MAX_NODES, HOW_TO_READ, axis_labels, plot_curve, tradeoff_curve
+from aotgrad.report_words import GraphBreak
 
 # --backend auto: what each torch.compile backend name runs as (other names are kept).
 AUTO_BACKENDS = {"inductor": "aotgrad_inductor", "aot_eager": "aotgrad"}
 BACKEND_CHOICES = ("auto", "aotgrad", "aotgrad_inductor", "keep")
-# The memory budgets whose min-cut partitions the curve marks (0.0: the fewest bytes).
-CURVE_BUDGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
-# Joint graphs larger than this get no curve (each budget solves a few min-cut problems).
-CURVE_MAX_NODES = 20_000
+# The modules whose Dynamo logs graph breaks to its `graph_breaks` artifact log (torch 2.11 to 2.14).
+GRAPH_BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame", "torch._dynamo.exc")
 
 
 # -- what a run collects ----------------------------------------------------------------
@@ -74,14 +76,6 @@ class Capture:
 
 
 @dataclass
-class Curve:
-    """Saved bytes against recompute cost (partition/cost.py's model) for one joint graph."""
-    hull: list[tuple[int, int]]                          # the lambda sweep's lower hull
-    budgets: list[tuple[float, int, int, int]]           # (budget, bytes, recompute, backward peak)
-    chosen: tuple[int, int, int] | None                  # this compile's partition, the same three
-
-
-@dataclass
 class Run:
     command: list[str]                 # what ran: ["script.py", *args] or ["-m", "module", *args]
     backend: str
@@ -89,7 +83,7 @@ class Run:
     captures: list[Capture] = field(default_factory=list)
     frames: list[Frame] = field(default_factory=list)
     substitutions: Counter = field(default_factory=Counter)   # (asked, given, dropped options) -> calls
-    graph_breaks: Counter = field(default_factory=Counter)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)   # as Dynamo logged them, merged
     compiled_autograd: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     exit_status: int = 0
@@ -258,17 +252,61 @@ def watching(run: Run) -> Iterator[None]:
     dynamo_utils.clear_compilation_metrics()
     dynamo_utils.set_compilation_metrics_limit(100_000)
     ca_before = Counter(counters["compiled_autograd"])
+    breaks_before = Counter(dynamo_utils.counters["graph_break"])
     ca_engine.capture_watchers.append(on_capture)
     try:
-        with phases.watch(on_record):
+        with phases.watch(on_record), graph_breaks_logged() as breaks:
             yield
     finally:
         ca_engine.capture_watchers.remove(on_capture)
-        run.frames = [_frame(m) for m in dynamo_utils.get_compilation_metrics()]
+        run.frames = [_frame(m) for m in dynamo_utils.get_compilation_metrics() if m.compile_id is not None]
         dynamo_utils.set_compilation_metrics_limit(dynamo_utils.DEFAULT_COMPILATION_METRICS_LIMIT)
-        run.graph_breaks = Counter(dynamo_utils.counters["graph_break"])
+        run.graph_breaks = report_words.merge_breaks(breaks) or _counted_breaks(
+            Counter(dynamo_utils.counters["graph_break"]) - breaks_before)
         run.compiled_autograd = {k: v - ca_before[k] for k, v in counters["compiled_autograd"].items()}
         _match_frames(run)
+
+
+class _BreakHandler(logging.Handler):
+    def __init__(self, breaks: list[GraphBreak]):
+        super().__init__(logging.DEBUG)
+        self.breaks = breaks
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exception = record.exc_info[1] if record.exc_info else None
+        self.breaks.append(report_words.graph_break_from_log(record.getMessage(), exception))
+
+
+@contextlib.contextmanager
+def graph_breaks_logged() -> Iterator[list[GraphBreak]]:
+    """Every graph break Dynamo logs in the block, with its reason and the user's line.
+
+    Dynamo writes each break (the data-dependent `if` too, which counters["graph_break"]
+    misses) to its `graph_breaks` artifact log, which is off unless TORCH_LOGS asks for it. For
+    the block it is on at DEBUG for our handler only: records do not reach torch's handlers
+    (stderr) unless the user turned the artifact on, in which case it is left as it was."""
+    breaks: list[GraphBreak] = []
+    handler = _BreakHandler(breaks)
+    loggers = [torch._logging.getArtifactLogger(name, "graph_breaks") for name in GRAPH_BREAK_LOGGERS]
+    saved = [(log, log.level, log.propagate, log.isEnabledFor(logging.DEBUG)) for log in loggers]
+    for log, _, _, enabled in saved:
+        if not enabled:
+            log.setLevel(logging.DEBUG)
+            log.propagate = False
+        log.addHandler(handler)
+    try:
+        yield breaks
+    finally:
+        for log, level, propagate, _ in saved:
+            log.removeHandler(handler)
+            log.setLevel(level)
+            log.propagate = propagate
+
+
+def _counted_breaks(reasons: Counter) -> list[GraphBreak]:
+    """Breaks from counters["graph_break"], when Dynamo logged none (a torch whose log we cannot read)."""
+    return [GraphBreak("", 0, "", reason.strip().splitlines()[0] if reason.strip() else "?", "", reason, n)
+            for reason, n in reasons.items() if n > 0]
 
 
 def _frame(metrics) -> Frame:
@@ -288,95 +326,30 @@ def _match_frames(run: Run) -> None:
             graph.frame, j = run.frames[k], k
 
 
-# -- memory against recompute -----------------------------------------------------------
-
-def tradeoff_curve(record: phases.CompileRecord) -> Curve | None:
-    """The joint graph's min-cut trade-off: the hull of (saved bytes, recompute cost), the
-    partitions at CURVE_BUDGETS, and where this compile's own partition lies. Reads the
-    joint graph only (split_joint and the cut problem build their own structures)."""
-    from aotgrad.partition import min_cut
-    from aotgrad.partition.graphs import split_joint
-
-    if record.joint is None or record.forward is None:
-        return None
-    problem = min_cut.cut_problem(split_joint(record.joint, record.num_forward_outputs))
-    if not problem.needed:
-        return None
-    hull = min_cut.hull_cuts(problem)  # most bytes first
-    budgets = []
-    for budget in CURVE_BUDGETS:
-        try:
-            cut = min_cut.choose_cut(problem, budget, None) if budget > 0 else hull[-1]
-        except min_cut.MemoryBudgetError:  # no partition saves that little
-            continue
-        budgets.append((budget, cut.bytes, cut.recompute, problem.schedule(cut.saved).peak))
-    saved = _saved_in_joint(record.joint, record.forward)
-    chosen = None
-    if saved is not None:
-        cut = min_cut.score_saved(problem, saved)
-        chosen = (cut.bytes, cut.recompute, problem.schedule(cut.saved).peak)
-    return Curve([(c.bytes, c.recompute) for c in hull], budgets, chosen)
-
-
-def _saved_in_joint(joint: fx.GraphModule, forward: fx.GraphModule) -> list[fx.Node] | None:
-    """The joint's nodes for the forward's saved outputs (matched by name), or None when
-    some have no counterpart (a copy the runtime added)."""
-    num_saved = forward.meta.get("num_saved", 0)
-    outputs = forward.graph.output_node().args[0]
-    by_name = {n.name: n for n in joint.graph.nodes}
-    saved = [o for o in outputs[len(outputs) - num_saved:] if isinstance(o, fx.Node)]
-    if any(o.name not in by_name for o in saved):
-        return None
-    return [by_name[o.name] for o in saved]
-
-
-def plot_curve(curve: Curve, title: str) -> bytes:
-    """The curve as a PNG (matplotlib's Agg canvas; pyplot and its global state untouched)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.4, 3.8), dpi=100)
-    ax = fig.add_subplot()
-    hull = sorted(curve.hull)
-    ax.plot([b / 1024 for b, _ in hull], [c for _, c in hull], "-o", color="#4c72b0", markersize=4,
-            label="min-cut hull (price sweep)")
-    labels: dict[tuple[int, int], list[str]] = {}  # budgets that got the same partition share a label
-    for budget, nbytes, recompute, _ in curve.budgets:
-        labels.setdefault((nbytes, recompute), []).append(f"{budget:g}")
-    if labels:
-        ax.scatter([b / 1024 for b, _ in labels], [c for _, c in labels], marker="s", s=30, color="#55a868",
-                   zorder=3, label="memory_budget")
-        for (nbytes, recompute), names in labels.items():
-            ax.annotate(", ".join(names), (nbytes / 1024, recompute), textcoords="offset points", xytext=(5, 5),
-                        fontsize=7)
-    if curve.chosen is not None:
-        ax.scatter([curve.chosen[0] / 1024], [curve.chosen[1]], marker="*", s=220, color="#c44e52", zorder=4,
-                   label="this compile's partition")
-    ax.set_xlabel("saved for backward (KiB, cost model)")
-    ax.set_ylabel("recompute cost (bytes moved)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
 # -- the page ---------------------------------------------------------------------------
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1150px; color: #222; padding: 0 1em; }
-h1 { font-size: 1.5em; } h2 { border-bottom: 2px solid #4c72b0; padding-bottom: .2em; margin-top: 1.8em; }
+h1 { font-size: 1.5em; overflow-wrap: anywhere; }
+h2 { border-bottom: 2px solid #4c72b0; padding-bottom: .2em; margin-top: 1.8em; }
 h3 { margin-bottom: .3em; } article { border: 1px solid #ddd; border-radius: 6px; padding: .2em 1em 1em;
   margin: 1em 0; }
 table { border-collapse: collapse; font-size: 13px; margin: .5em 0; }
-th, td { border: 1px solid #ddd; padding: 2px 8px; text-align: left; vertical-align: top; }
-th { background: #f0f3f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-pre { background: #f6f8fa; border: 1px solid #e4e7eb; padding: .6em; overflow-x: auto; font-size: 12px; }
+th, td { border: 1px solid #ddd; padding: 2px 8px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
+th { background: #f0f3f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.saved td:is(:nth-child(1), :nth-child(3), :nth-child(4), :nth-child(5)),
+  table.recomputed td:nth-child(-n+3) { white-space: nowrap; }
+table.saved td:last-child, table.recomputed td:last-child { overflow-wrap: anywhere; min-width: 12em; }
+nav ul { margin: .3em 0; } nav li { font-size: 14px; }
+pre { background: #f6f8fa; border: 1px solid #e4e7eb; padding: .6em; font-size: 12px;
+  white-space: pre-wrap; overflow-wrap: anywhere; }
+pre.fx .line { display: block; padding-left: 6ch; text-indent: -6ch; }
 pre.traceback, .failed { background: #fdecec; border-color: #e8b4b4; }
 summary { cursor: pointer; font-weight: 600; margin: .4em 0; }
 img.curve { max-width: 100%; border: 1px solid #eee; }
 .note { color: #666; font-size: 13px; }
+.frame { color: #444; font-size: 13px; margin: 0 0 .6em; overflow-wrap: anywhere; }
+code { background: #f6f8fa; padding: 0 .2em; }
 """
 
 
@@ -386,7 +359,7 @@ def render(run: Run) -> str:
     if run.traceback:
         sections.append(f'<section id="error"><h2>The script failed</h2>'
                         f'<pre class="traceback">{_e(run.traceback)}</pre></section>')
-    sections += [_graphs(run), _captures(run), _recompiles(run), _timings(run)]
+    sections += [_graph_breaks(run), _graphs(run), _captures(run), _recompiles(run), _timings(run)]
     title = f"aotgrad report: {' '.join(run.command)}"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f'<style>{_CSS}</style></head>\n<body>\n<h1>{_e(title)}</h1>\n' + "\n".join(sections)
@@ -398,6 +371,7 @@ def _summary(run: Run) -> str:
     compile_seconds = sum(g.record.total for g in run.graphs)
     rows = [("command", " ".join(run.command)), ("exit", status), ("wall time", _seconds(run.wall_seconds)),
             ("graphs compiled ahead of time", len(run.graphs)),
+            ("graph breaks", sum(b.count for b in run.graph_breaks)),
             ("aotgrad compile time (all graphs)", _seconds(compile_seconds)),
             ("Dynamo frame compiles", len(run.frames)),
             ("Dynamo compile time (includes aotgrad's)", _seconds(sum(f.seconds for f in run.frames))),
@@ -407,18 +381,53 @@ def _summary(run: Run) -> str:
     for (asked, given, dropped), calls in run.substitutions.items():
         note = f"; dropped {', '.join(dropped)}" if dropped else ""
         rows.append(("substituted", f"torch.compile(backend={asked!r}) ran as {given!r} ({calls} calls{note})"))
-    return f'<section id="summary"><h2>Summary</h2>{_table(("", ""), rows, "summary", header=False)}</section>'
+    return (f'<section id="summary"><h2>Summary</h2>{_table(("", ""), rows, "summary", header=False)}'
+            f'{_contents(run)}</section>')
+
+
+def _contents(run: Run) -> str:
+    """Links to the parts of the page (fragment links only: the page stays self-contained)."""
+    graphs = "".join(f'<li><a href="#graph-{i}">Graph {i + 1}: {_e(graph_name(g))}</a>'
+                     + (f" (frame {_e(g.compile_id)})" if g.compile_id else "") + "</li>"
+                     for i, g in enumerate(run.graphs))
+    items = [f'<a href="#graph-breaks">Graph breaks ({sum(b.count for b in run.graph_breaks)})</a>',
+             f'<a href="#graphs">Compiled graphs ({len(run.graphs)})</a><ul>{graphs}</ul>',
+             f'<a href="#compiled-autograd">Compiled-autograd captures ({len(run.captures)})</a>',
+             '<a href="#recompiles">Recompile reasons</a>', '<a href="#timings">Timings</a>']
+    return '<nav id="contents"><ul>' + "".join(f"<li>{item}</li>" for item in items) + "</ul></nav>"
 
 
 def _capture_misses(run: Run) -> int:
     return max(len(run.captures) - 1, 0) if run.captures else 0
 
 
+def _graph_breaks(run: Run) -> str:
+    """Each place Dynamo broke the graph: where, the line, why (Dynamo's words), how often."""
+    parts = ['<section id="graph-breaks"><h2>Graph breaks</h2>']
+    if not run.graph_breaks:
+        parts.append('<p class="note">No graph breaks: Dynamo compiled every frame it traced whole.</p>')
+    else:
+        parts.append('<p class="note">At each break Dynamo ends the graph, runs that line in Python and starts '
+                     'a new graph after it (a frame it cannot resume runs in Python whole). A count is how often '
+                     'Dynamo met the break while tracing (again after each restart or recompile), not how often '
+                     'it ran.</p>')
+    for b in run.graph_breaks:
+        where = f"{b.where}, in {b.function}" if b.function else b.where
+        times = f" ({b.count} times)" if b.count > 1 else ""
+        code = f'<pre class="code">{_e(b.code)}</pre>' if b.code else ""
+        explanation = f"<p>{_e(b.explanation)}</p>" if b.explanation else ""
+        parts.append(f'<article class="graph-break"><h3>{_e(b.kind)}{_e(times)}</h3>'
+                     f'<p class="where">at {_e(where)}</p>{code}{explanation}'
+                     f'<details><summary>Dynamo\'s full reason</summary><pre class="reason">{_e(b.reason)}</pre>'
+                     '</details></article>')
+    return "\n".join(parts) + "</section>"
+
+
 def _graphs(run: Run) -> str:
     parts = ['<section id="graphs"><h2>Compiled graphs</h2>']
     if not run.graphs:
         parts.append('<p class="note">No graph was compiled ahead of time.</p>')
-    parts += [_graph(i, graph) for i, graph in enumerate(run.graphs)]
+    parts += [_graph(i, graph, len(run.graphs)) for i, graph in enumerate(run.graphs)]
     return "\n".join(parts) + "</section>"
 
 
@@ -429,12 +438,20 @@ def _disk_cache_text(disk_cache: str) -> str:
     return f"disk cache: {disk_cache}"
 
 
-def _graph(i: int, graph: Graph) -> str:
-    record = graph.record
-    heading = f"Graph {i}: {record.fn_name}"
+def graph_name(graph: Graph) -> str:
+    """'GPT.forward (model.py:40)': the frame the graph came from (the compiled function outside torch.compile)."""
+    origin = graph.record.origin
+    if origin is not None and origin.location:
+        return report_words.graph_title(origin.name, origin.location)
     if graph.frame is not None:
-        heading += f" (Dynamo frame {graph.frame.name} at {graph.frame.where}, compile {graph.frame.compile_id})"
-    parts = [f'<article class="graph" id="graph-{i}"><h3>{_e(heading)}</h3>']
+        return report_words.graph_title(graph.frame.name, graph.frame.where)
+    return report_words.frame_name(origin.name if origin is not None else graph.record.fn_name)
+
+
+def _graph(i: int, graph: Graph, count: int) -> str:
+    record = graph.record
+    parts = [f'<article class="graph" id="graph-{i}"><h3>Graph {i + 1} of {count}: {_e(graph_name(graph))}</h3>']
+    parts.append(f'<p class="frame">{_e(_graph_details(graph))}</p>')
     if graph.frame is not None and graph.frame.recompile_reason:
         parts.append(f'<p class="why-recompiled">recompiled because: {_e(graph.frame.recompile_reason)}</p>')
     phase_rows = [(name, _seconds(s)) for name, s in record.phases.items()] + [("total", _seconds(record.total))]
@@ -442,7 +459,7 @@ def _graph(i: int, graph: Graph) -> str:
     parts.append(f'<p class="note">{_e(_disk_cache_text(record.disk_cache))}</p>')
     if record.forward is not None and record.backward is not None:
         parts.append(_saved_table(record))
-        parts.append(_curve_figure(i, record))
+        parts.append(_curve_figure(i, record, graph_name(graph)))
     if record.forward is not None:
         name = "forward" if record.backward is not None else "inference"
         parts.append(_graph_text(name, record.forward))
@@ -451,28 +468,51 @@ def _graph(i: int, graph: Graph) -> str:
     return "\n".join(parts) + "</article>"
 
 
+def _graph_details(graph: Graph) -> str:
+    """The line under a graph's name: its compile id, its modules, where its code is."""
+    origin = graph.record.origin
+    details = []
+    compile_id = origin.compile_id if origin is not None and origin.compile_id is not None else graph.compile_id
+    if compile_id is not None:
+        details.append(f"torch.compile frame {compile_id}")
+    modules = report_words.modules_of(graph.record.forward) if graph.record.forward is not None else []
+    if modules:
+        details.append("modules: " + ", ".join(modules))
+    if origin is not None and origin.location:
+        details.append(origin.location)
+    return " · ".join(details)
+
+
 def _graph_text(name: str, gm: fx.GraphModule) -> str:
     nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-    return (f'<details open class="{name}"><summary>{name} graph ({nodes} ops)</summary>'
-            f'<pre class="fx {name}">{_e(format_graph(gm, name))}</pre></details>')
+    return (f'<details class="{name}"><summary>{name} graph ({nodes} ops)</summary>'
+            f'<pre class="fx {name}">{_lines(format_graph(gm, name))}</pre></details>')
+
+
+def _lines(text: str) -> str:
+    """Each line of a printed graph in its own span: a long line wraps under itself, indented."""
+    return "".join(f'<span class="line">{_e(line)}\n</span>' for line in text.split("\n"))
 
 
 def _saved_table(record: phases.CompileRecord) -> str:
     from aotgrad.partition.inspection import report
 
     partition = report(record.forward, record.backward)
-    saved = [(s.name, _shape(s.shape), str(s.dtype).replace("torch.", ""), f"{s.bytes:,}", s.made_by, s.source)
-             for s in partition.saved]
-    recomputed = [(r.name, _shape(r.shape), r.op, r.source) for r in partition.recomputed]
+    nodes = {n.name: n for n in record.forward.graph.nodes}
+    saved = [(s.name, report_words.saved_value(nodes[s.name], record.input_names), _shape(s.shape),
+              _dtype(s.dtype), f"{s.bytes:,}", s.source) for s in partition.saved]
+    backward_nodes = {n.name: n for n in record.backward.graph.nodes}
+    recomputed = [(r.name, _shape(r.shape), r.op, report_words.innermost_module(backward_nodes[r.name]), r.source)
+                  for r in partition.recomputed]
     text = (f"<h4>Saved for backward: {len(saved)} values, {partition.saved_bytes:,} bytes</h4>"
-            + _table(("name", "shape", "dtype", "bytes", "made by", "at"), saved, "saved"))
+            + _table(("name", "what", "shape", "dtype", "bytes", "at"), saved, "saved"))
     text += f"<h4>Recomputed in backward: {len(recomputed)} ops</h4>"
     if recomputed:
-        text += _table(("name", "shape", "op", "at"), recomputed, "recomputed")
+        text += _table(("name", "shape", "op", "module", "at"), recomputed, "recomputed")
     return text
 
 
-def _curve_figure(i: int, record: phases.CompileRecord) -> str:
+def _curve_figure(i: int, record: phases.CompileRecord, title: str) -> str:
     if record.joint is None:
         return '<p class="note">No memory-vs-recompute curve: no joint graph (loaded from the disk cache).</p>'
     if len(record.joint.graph.nodes) > CURVE_MAX_NODES:
@@ -481,7 +521,7 @@ def _curve_figure(i: int, record: phases.CompileRecord) -> str:
         curve = tradeoff_curve(record)
         if curve is None:
             return '<p class="note">No memory-vs-recompute curve: the backward reads nothing from the forward.</p>'
-        png = plot_curve(curve, f"graph {i}: {record.fn_name}")
+        png = plot_curve(curve, f"graph {i + 1}: {title}")
     except ImportError as e:
         return f'<p class="note">No memory-vs-recompute curve: {_e(e)} (pip install matplotlib).</p>'
     except Exception as e:  # noqa: BLE001 - a curve that cannot be drawn must not lose the page
@@ -489,26 +529,29 @@ def _curve_figure(i: int, record: phases.CompileRecord) -> str:
     rows = [(f"{b:g}", f"{nbytes:,}", f"{recompute:,}", f"{peak:,}") for b, nbytes, recompute, peak in curve.budgets]
     if curve.chosen is not None:
         rows.append(("this compile", *(f"{v:,}" for v in curve.chosen)))
+    x_label, y_label = (label.replace("\n", " ") for label in axis_labels(curve)[:2])
     source = base64.b64encode(png).decode("ascii")
-    return (f'<figure class="curve" id="curve-{i}"><img class="curve" alt="memory vs recompute, graph {i}" '
-            f'src="data:image/png;base64,{source}"><figcaption class="note">Min-cut partitions of the joint '
-            f'graph: saved bytes against recompute cost (aotgrad\'s cost model), at each memory_budget; '
-            f'the star is the partition this compile used.</figcaption></figure>'
-            + _table(("memory_budget", "saved bytes", "recompute", "backward peak bytes"), rows, "budgets"))
+    return (f'<figure class="curve" id="curve-{i}"><img class="curve" alt="memory vs recompute, graph {i + 1}: '
+            f'{_e(x_label)} against {_e(y_label)}" src="data:image/png;base64,{source}">'
+            f'<figcaption class="how-to-read">{_e(HOW_TO_READ)}</figcaption></figure>'
+            + _table(("activation_memory_budget", "saved bytes", "recompute cost (bytes moved)",
+                      "backward peak bytes"), rows, "budgets"))
 
 
 def _captures(run: Run) -> str:
-    parts = ['<section id="compiled-autograd"><h2>Compiled-autograd captures</h2>']
+    parts = ['<section id="compiled-autograd"><h2>Compiled-autograd captures</h2>',
+             f'<p class="cache-miss-means">{_e(report_words.CACHE_MISS_MEANS)}</p>']
     if run.compiled_autograd and any(run.compiled_autograd.values()):
         parts.append(f'<p class="note">counters: {_e(", ".join(f"{k} {v}" for k, v in run.compiled_autograd.items()))}'
                      '</p>')
     if not run.captures:
         parts.append('<p class="note">No backward was captured by aotgrad.compiled_autograd.</p>')
     for i, capture in enumerate(run.captures):
-        reasons = "".join(f'<li class="reason">{_e(r)}</li>' for r in capture.reasons)
+        reasons = "".join(f'<li class="reason">{_e(report_words.miss_in_words(r))}<br><span class="note">'
+                          f'({_e(r)})</span></li>' for r in capture.reasons)
         parts.append(f'<article class="capture" id="capture-{i}"><h3>Capture {i} ({capture.nodes} ops)</h3>'
                      f'<p>cache miss because:</p><ul class="reasons">{reasons}</ul>'
-                     f'<details open><summary>captured graph</summary><pre class="fx capture">{_e(capture.text)}'
+                     f'<details><summary>captured graph</summary><pre class="fx capture">{_lines(capture.text)}'
                      '</pre></details></article>')
     return "\n".join(parts) + "</section>"
 
@@ -517,20 +560,19 @@ def _recompiles(run: Run) -> str:
     items = [f'<li class="recompile-reason">Dynamo recompiled {_e(f.name)} ({_e(f.where)}, compile '
              f'{_e(f.compile_id)}): {_e(f.recompile_reason)}</li>' for f in run.frames if f.recompile_reason]
     items += [f'<li class="recompile-reason">compiled autograd captured again (capture {i}):<ul>'
-              + "".join(f"<li>{_e(r)}</li>" for r in c.reasons) + "</ul></li>"
+              + "".join(f"<li>{_e(report_words.miss_in_words(r))} ({_e(r)})</li>" for r in c.reasons) + "</ul></li>"
               for i, c in enumerate(run.captures) if i > 0]
-    items += [f'<li class="graph-break">graph break ({n}x): {_e(reason)}</li>'
-              for reason, n in run.graph_breaks.items()]
-    body = f'<ul>{"".join(items)}</ul>' if items else '<p class="note">No recompiles and no graph breaks.</p>'
-    return f'<section id="recompiles"><h2>Recompile reasons and graph breaks</h2>{body}</section>'
+    body = f'<ul>{"".join(items)}</ul>' if items else '<p class="note">No recompiles.</p>'
+    return f'<section id="recompiles"><h2>Recompile reasons</h2>{body}</section>'
 
 
 def _timings(run: Run) -> str:
     names = list(dict.fromkeys(name for g in run.graphs for name in g.record.phases))
-    rows = [(f"graph {i}", *(_seconds(g.record.phases[n]) if n in g.record.phases else "" for n in names),
+    rows = [(f"graph {i + 1}", *(_seconds(g.record.phases[n]) if n in g.record.phases else "" for n in names),
              _seconds(g.record.total)) for i, g in enumerate(run.graphs)]
     graphs = _table(("graph", *names, "total"), rows, "graph-timings") if rows else ""
-    frames = [(f.compile_id, f.name, f.where, _seconds(f.seconds), f.failure or "") for f in run.frames]
+    frames = [(f.compile_id, report_words.frame_name(f.name), f.where, _seconds(f.seconds), f.failure or "")
+              for f in run.frames]
     frame_table = _table(("compile", "frame", "at", "compile time", "failure"), frames, "frame-timings") \
         if frames else '<p class="note">No Dynamo frame was compiled.</p>'
     return (f'<section id="timings"><h2>Timings</h2><p>script wall time {_seconds(run.wall_seconds)}</p>'
@@ -555,6 +597,10 @@ def _e(value) -> str:
 
 def _seconds(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _dtype(dtype) -> str:
+    return "size" if dtype is None else str(dtype).replace("torch.", "")  # (None: a SymInt the backward reads)
 
 
 def _shape(shape: tuple) -> str:

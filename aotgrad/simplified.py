@@ -116,6 +116,9 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     compiled = AotFunction(_ModuleAsFunction(gm, names, sizes, frozenset(carried)),
                            dataclasses.replace(options, dynamic=True))
     compiled.disk_key = disk_cache.graph_key(gm, compiled.options)  # (not stored: the record says why)
+    if isinstance(gm, fx.GraphModule):
+        compiled.input_names = names + [node.target for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))
+                                        if i not in sizes]
     compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
     return _runner(compiled, params, skip=set(sizes), carried=carried)
 
