@@ -202,6 +202,16 @@ def _python(code: str, **environment: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
 
 
+def _run_script(directory: str, name: str, source: str, **environment: str) -> tuple[str, subprocess.CompletedProcess]:
+    """Write `source` to `directory`/`name` and run it in a new process with `environment` added
+    (and aotgrad's disk cache off); the script's path and the finished process."""
+    script = os.path.join(directory, name)
+    with open(script, "w") as f:
+        f.write(source)
+    env = {**os.environ, "AOTGRAD_CACHE_DIR": "", **environment}
+    return script, subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=300)
+
+
 class Environment(unittest.TestCase):
     def test_an_unknown_AOTGRAD_LOG_fails_the_import_naming_the_variable_and_its_values(self):
         done = _python("import aotgrad", AOTGRAD_LOG="verbose")
@@ -246,11 +256,7 @@ compiled(torch.randn(4, 3), w).backward()  # no compile
 class TorchCompileInfo(unittest.TestCase):
     def test_AOTGRAD_LOG_info_gives_one_line_per_torch_compile_compile_naming_the_frame(self):
         with tempfile.TemporaryDirectory() as directory:
-            script = os.path.join(directory, "two_compiles.py")
-            with open(script, "w") as f:
-                f.write(_TWO_COMPILES)
-            env = {**os.environ, "AOTGRAD_LOG": "info", "AOTGRAD_CACHE_DIR": ""}
-            done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=300)
+            script, done = _run_script(directory, "two_compiles.py", _TWO_COMPILES, AOTGRAD_LOG="info")
         self.assertEqual(done.returncode, 0, done.stderr)
         lines = [line for line in done.stderr.splitlines() if line.startswith("aotgrad")]
         self.assertEqual(len(lines), 2, done.stderr)
@@ -443,12 +449,8 @@ torch.compile(step, backend="aotgrad")(torch.randn(4, 3), torch.randn(3, 2, requ
 class TorchTrace(unittest.TestCase):
     def test_TORCH_TRACE_writes_aotgrads_graphs_where_tlparse_reads_them(self):
         with tempfile.TemporaryDirectory() as directory:
-            script = os.path.join(directory, "traced.py")
-            with open(script, "w") as f:
-                f.write(_TRACED)
             trace_dir = os.path.join(directory, "trace")
-            env = {**os.environ, "TORCH_TRACE": trace_dir, "AOTGRAD_CACHE_DIR": ""}
-            done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=300)
+            _, done = _run_script(directory, "traced.py", _TRACED, TORCH_TRACE=trace_dir)
             self.assertEqual(done.returncode, 0, done.stderr)
             (log_file,) = os.listdir(trace_dir)
             with open(os.path.join(trace_dir, log_file)) as f:

@@ -1,5 +1,6 @@
 """Min-cut under a memory budget: the saved set each budget must give, eager's numbers at
 every budget, the trade-off hull, and the error when a budget cannot be met."""
+import copy
 import functools
 
 import pytest
@@ -193,6 +194,17 @@ def test_budget_one_is_the_best_cut_at_its_price_that_reruns_nothing_it_keeps():
                 assert _default_price(problem, cut) >= _default_price(problem, top), (name, cut, top)
 
 
+def _saved_matching_eager(model, x):
+    """`model` compiled as _compiled_with_inductors_decompositions compiles it, on a copy: outputs
+    and parameter grads as eager's for `x`; the values its forward saves, and its graphs."""
+    twin = copy.deepcopy(model)
+    compiled, graphs = _compiled_with_inductors_decompositions(twin)
+    assert_close_and_backward(model(x), compiled(x))
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+    return [n for n in list(graphs["forward"].graph.nodes)[-1].args[0][1:] if isinstance(n, torch.fx.Node)], graphs
+
+
 def _compiled_with_inductors_decompositions(model):
     """`model` under aot_module with Inductor's decompositions and min-cut; its graphs, once called."""
     from torch._inductor.decomposition import select_decomp_table
@@ -216,19 +228,11 @@ def test_budget_one_recomputes_batchnorm_and_relu6_from_the_saved_convolution():
     the BatchNorm's output and the ReLU6 mask from the convolution's output it reads anyway, as
     PyTorch's partitioner does, instead of saving a mask per BatchNorm (under Inductor those
     masks cost MobileNetV2 1.8x of backend="inductor"'s step). Grads as eager's."""
-    import copy
-
     import torch.nn as nn
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU6(inplace=True), nn.Conv2d(4, 4, 1))
-    twin = copy.deepcopy(model)
-    compiled, graphs = _compiled_with_inductors_decompositions(twin)
-    x = torch.randn(2, 3, 8, 8)
-    assert_close_and_backward(model(x), compiled(x))
-    for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(q.grad, p.grad)
-    saved = list(graphs["forward"].graph.nodes)[-1].args[0][1:]
+    saved, graphs = _saved_matching_eager(model, torch.randn(2, 3, 8, 8))
     assert not any(n.meta["val"].dtype == torch.bool for n in saved if isinstance(n, torch.fx.Node)), saved
 
 
@@ -237,8 +241,6 @@ def test_budget_one_saves_a_layer_norms_statistics_and_the_output_a_matmul_reads
     backward runs no var_mean (a reduction to 1/64 of its input: saving it is cheap) and does
     not rebuild the norm's output for the weight's grad (a matmul reads it: it would be a
     kernel of its own), as PyTorch's partitioner. Grads as eager's."""
-    import copy
-
     import torch.nn as nn
 
     torch.manual_seed(0)
@@ -273,19 +275,11 @@ def test_budget_one_saves_no_value_only_the_backward_would_compute():
     those (the convolution's output is written anyway) and the backward recomputes `x - mean`, as
     PyTorch's partitioner, which never moves backward work into the forward. (Moved, it cost
     ConvNeXt 1.16x of backend="inductor"'s step.) Grads as eager's."""
-    import copy
-
     import torch.nn as nn
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 40, 3), _ChannelNorm(40), nn.Conv2d(40, 8, 1))
-    twin = copy.deepcopy(model)
-    compiled, graphs = _compiled_with_inductors_decompositions(twin)
-    x = torch.randn(2, 3, 8, 8)
-    assert_close_and_backward(model(x), compiled(x))
-    for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(q.grad, p.grad)
-    saved = [n for n in list(graphs["forward"].graph.nodes)[-1].args[0][1:] if isinstance(n, torch.fx.Node)]
+    saved, graphs = _saved_matching_eager(model, torch.randn(2, 3, 8, 8))
     made_by = {n.target for n in saved}
     assert torch.ops.aten.convolution.default in made_by, saved
     assert torch.ops.aten.sub.Tensor not in made_by, saved
@@ -296,8 +290,6 @@ def test_budget_one_still_saves_a_mask_much_smaller_than_what_it_is_made_from():
     """linear -> relu -> sum, Inductor's decompositions: the ReLU's backward needs `out <= 0`,
     a bool 1/4 the bytes of the float output; counted twice it is still half, so the forward
     saves the mask. Grads as eager's."""
-    import copy
-
     import torch.nn as nn
 
     class LinearRelu(nn.Module):
@@ -310,13 +302,7 @@ def test_budget_one_still_saves_a_mask_much_smaller_than_what_it_is_made_from():
 
     torch.manual_seed(0)
     model = LinearRelu()
-    twin = copy.deepcopy(model)
-    compiled, graphs = _compiled_with_inductors_decompositions(twin)
-    x = torch.randn(8, 64)
-    assert_close_and_backward(model(x), compiled(x))
-    for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(q.grad, p.grad)
-    saved = [n for n in list(graphs["forward"].graph.nodes)[-1].args[0][1:] if isinstance(n, torch.fx.Node)]
+    saved, graphs = _saved_matching_eager(model, torch.randn(8, 64))
     assert [n.meta["val"].dtype for n in saved if n.op != "placeholder"] == [torch.bool], saved
 
 
