@@ -6,11 +6,13 @@
 #   bash benchmarks/gpu_check.sh tests demo zoo ca ddp  # the steps named, in this order
 #   bash benchmarks/gpu_check.sh --bench                # every step: tests demo ca ddp steps zoo
 #   bash benchmarks/gpu_check.sh --zoo                  # tests demo zoo
+#   bash benchmarks/gpu_check.sh profile                # where resnet18's and mobilenetv2's step go
 #
 # Steps: tests (the CUDA tests), demo, ca (compiled autograd with Inductor against eager's
 # backward), ddp (2 and 4 gloo ranks on the CPU cores), steps (inductor against
 # aotgrad_inductor, small models), zoo (four zoo models in bf16, inductor against
-# aotgrad_inductor). PYTHON=... picks the interpreter.
+# aotgrad_inductor), profile (torch.profiler on resnet18 and mobilenetv2 in bf16, inductor against
+# aotgrad_inductor: kernels, syncs, copies and top ops per step). PYTHON=... picks the interpreter.
 #
 # Written for the measured machines (torch 2.11 + CUDA, no network, nothing to install): aotgrad
 # is imported from this checkout through PYTHONPATH. Each step's output goes to the terminal and
@@ -44,8 +46,8 @@ case "${1:-}" in
 esac
 for name in "$@"; do  # every name checked before anything runs
     case "$name" in
-    tests|demo|ca|ddp|steps|zoo) ;;
-    *) echo "unknown step '$name' (steps: tests demo ca ddp steps zoo; or --bench, --zoo)" >&2; exit 2 ;;
+    tests|demo|ca|ddp|steps|zoo|profile) ;;
+    *) echo "unknown step '$name' (steps: tests demo ca ddp steps zoo profile; or --bench, --zoo)" >&2; exit 2 ;;
     esac
 done
 
@@ -73,6 +75,9 @@ for name in "$@"; do
     zoo)  # issue 23: two transformers and two timm models in bf16 (a missing library: a skipped row); 209 s on an H100
         step zoo_cuda 300 "$PY" benchmarks/zoo.py --device cuda --variant bf16 --backends inductor,aotgrad_inductor \
             --models gpt2,bert,resnet18,mobilenetv2 --steps 3 --rounds 3 --iters 5 --markdown --json "$RESULTS/zoo_cuda.json" ;;
+    profile)  # issue 23: why the CNNs' CUDA steps are slower under aotgrad_inductor
+        step profile_resnet18 200 "$PY" benchmarks/zoo_profile.py --model resnet18 --device cuda --variant bf16
+        step profile_mobilenetv2 200 "$PY" benchmarks/zoo_profile.py --model mobilenetv2 --device cuda --variant bf16 ;;
     esac
 done
 

@@ -1,0 +1,28 @@
+"""benchmarks/zoo_profile.py's per-step counters, on a profile of known calls (no model, no
+compile): aten calls, host-device synchronisations (`.item()` here) and their per-step means."""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import torch
+
+
+def _zoo_profile(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
+    return importlib.import_module("zoo_profile")
+
+
+def test_counters_are_per_step_and_count_the_syncs(monkeypatch):
+    zoo_profile = _zoo_profile(monkeypatch)
+    x = torch.randn(8, 8)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(2):  # two "steps": 3 mm, 1 item each
+            (x @ x @ x @ x).sum().item()
+    facts = zoo_profile.summarize(prof.key_averages(), steps=2, device="cpu")
+    assert facts["calls"]["aten::mm"] == 3
+    assert facts["syncs"] >= 1  # aten::item, and its aten::_local_scalar_dense
+    assert facts["syncs"] == facts["calls"]["aten::item"] + facts["calls"]["aten::_local_scalar_dense"]
+    assert facts["copies"] == 0 and facts["kernels"] == 0
+    assert facts["aten calls"] >= 5
+    assert facts["top host"] and facts["top device"] == []
