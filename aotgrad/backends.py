@@ -121,6 +121,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patche
     # (whether a saved value's fake requires grad depends on how the graph was made: traced,
     # loaded from the disk cache, or cut into a variant; Inductor keys its cache on it)
     example_inputs = [v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in example_inputs]
+    gm = _inductors_copy(gm)
     with inductor_config.patch(patches or {}):
         _use_inductor_random(gm, example_inputs)
         _attributes_in_one_order(gm)
@@ -131,6 +132,21 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patche
         return compiled(args)
     run._boxed_call = True
     return run
+
+
+def _inductors_copy(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of `gm` for Inductor, which rewrites the graph it compiles in place (its
+    post-grad passes, on a cache miss only). aotgrad keeps the graph as partitioned: a
+    backward variant is cut from it later, and Inductor keys the variant's compile on its
+    code, which would then depend on whether this process compiled the backward or loaded
+    it from Inductor's cache (gpt2: every first warm process compiled its variant again).
+    Nodes and their meta are copied shallowly; parameters and buffers are shared."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    graph.find_nodes(op="output")[0].meta.update(gm.graph.find_nodes(op="output")[0].meta)
+    copied = fx.GraphModule(gm, graph)
+    copied.meta.update(gm.meta)
+    return copied
 
 
 def _attributes_in_one_order(gm: fx.GraphModule) -> None:

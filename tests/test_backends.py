@@ -395,3 +395,31 @@ def test_a_graph_from_aotgrads_disk_cache_hits_inductors_graph_cache():
             assert records[0].disk_cache == ("stored" if attempt == "cold" else "hit"), attempt
         assert counters["inductor"]["fxgraph_cache_hit"] == 3, dict(counters["inductor"])
         assert counters["inductor"]["fxgraph_cache_bypass"] == 0, dict(counters["inductor"])
+
+
+def test_the_graphs_aotgrad_keeps_are_as_partitioned_not_as_inductor_rewrote_them():
+    """Inductor rewrites the graph it compiles in place (its post-grad passes, on a cache miss
+    only: `view` becomes `reshape`, nodes move). aotgrad hands it a copy, so the graphs it keeps,
+    which the report shows and later backward variants are cut from, do not depend on whether
+    this process compiled them or Inductor loaded them from its cache (gpt2's first warm process
+    compiled its variant again: the variant's code, Inductor's key, differed)."""
+    from aotgrad import phases
+
+    class Flatten(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.linear(x).view(16).tanh()
+
+    from torch._inductor.utils import fresh_cache
+
+    torch._dynamo.reset()
+    model, x = Flatten(), torch.randn(4, 8)
+    with fresh_cache(), aotgrad.config.patch(cache_dir=None), phases.watch() as records:
+        out = torch.compile(model, backend="aotgrad_inductor")(x)
+        out.sum().backward()
+    for gm in (records[0].forward, records[0].backward):
+        targets = {node.target for node in gm.graph.nodes}
+        assert torch.ops.aten.view.default in targets and torch.ops.aten.reshape.default not in targets, gm.code
