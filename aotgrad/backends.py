@@ -243,7 +243,8 @@ class InductorCompilers:
     """
 
     def __init__(self, patches: dict | None = None):
-        # id(val) -> (val, real stride), from the last forward until its backward is compiled
+        # id(val) -> (val, real stride), from the forward's compile; kept for every backward cut
+        # from it (the backward and its variants are compiled at their first call, in any order)
         self.saved_strides: dict[int, tuple[torch.Tensor, tuple]] = {}
         self.patches = patches or {}  # Inductor's config for every graph (torch.compile's mode=, options=)
         from torch._inductor.cudagraph_utils import BoxedDeviceIndex
@@ -269,15 +270,10 @@ class InductorCompilers:
         _keep_output_strides(gm, len(_output_nodes(gm)))
         inputs = list(example_inputs)
         placeholders = gm.graph.find_nodes(op="placeholder")
-        used = []
         for i, val in enumerate(inputs):
             recorded, stride = self.saved_strides.get(id(val), (None, None))
-            if recorded is val:
-                used.append(id(val))
-                if not known_equal(val.stride(), stride):
-                    inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
-        for key in used:
-            self.saved_strides.pop(key, None)
+            if recorded is val and not known_equal(val.stride(), stride):
+                inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
         return _compile(gm, inputs, is_backward=True, patches=self.patches, device_index=self.device_index)
 
     def inference(self, gm: fx.GraphModule, example_inputs):

@@ -32,6 +32,10 @@ activation_memory_budget_bytes = None
 # Split graphs at DDP bucket boundaries under torch.compile (issue 7), where PyTorch's splitter has
 # not (torch._dynamo.config.optimize_ddp off; aotgrad leaves that flag alone).
 optimize_ddp = True
+# Compile a training graph's backward at its first call, knowing which outputs got a gradient
+# (a step that backpropagates only the loss compiles only what that needs), instead of with the
+# forward. Backwards with symbolic shapes are compiled with the forward either way. Read per compile.
+lazy_backward = True
 # Print compiled-autograd graphs (issue 6).
 compiled_autograd_verbose = False
 
@@ -124,6 +128,7 @@ _KNOBS: dict[str, _Knob] = {
         "min-cut partitioner may save)"),
     "optimize_ddp": _BOOL,
     "compiled_autograd_verbose": _BOOL,
+    "lazy_backward": _BOOL,
     "cache_dir": _Knob(_is_directory, "None (no disk cache) or a directory's path, a non-empty str "
                        "or os.PathLike"),
     "cache_size_limit_mb": _Knob(_is_size_limit, "None (no limit) or a non-negative number of MiB, not a "

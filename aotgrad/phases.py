@@ -7,7 +7,7 @@ how long (`log_compiled`). It ends with a `CompileRecord`: the graphs, the epilo
 phase times and whether the disk cache served it. Records go to whoever is watching
 (`watch()`: `aotgrad.explain`, `python -m aotgrad report`); nobody keeps them otherwise.
 
-    aotgrad: compiled forward and backward of step at /home/me/train.py:12 (torch.compile
+    aotgrad: compiled forward (backward at its first call) of step at /home/me/train.py:12 (torch.compile
     frame 0/0) in 77.7 ms (trace 47.6, functionalize 18.9, partition 10.8, compile 0.3)
 
     with phases.watch() as records:
@@ -110,6 +110,9 @@ class CompileRecord:
     # (None: not recorded; `aotgrad.explain` then works them out from `analysis`)
     tangent_sources: list[int] | None = None
     grad_inputs: list[int] | None = None
+    # the backward is compiled at its first call (config.lazy_backward), its time then added to
+    # `phases` as "backward compile"
+    backward_at_first_call: bool = False
 
     @property
     def total(self) -> float:
@@ -151,7 +154,8 @@ class Phases:
         record = self.record
         if self.progress is not None:
             self.progress.done()
-        what = "forward and backward" if record.backward is not None else "inference graph"
+        what = "inference graph" if record.backward is None else \
+            "forward (backward at its first call)" if record.backward_at_first_call else "forward and backward"
         if record.disk_cache == "hit":
             what += " (from the disk cache)"
         log_compiled(what, record.origin, record.total,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -21,6 +22,7 @@ import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from aotgrad import config
 from aotgrad.analysis import OutputKind
 from aotgrad.errors import MutatedAliasedInputsError
 from aotgrad.functionalize import functionalize
@@ -28,9 +30,9 @@ from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
 from aotgrad.partition.cost import storage_root
 from aotgrad.partition.graphs import copy_saved_aliases
-from aotgrad.runtime.boxed import without_autocast
+from aotgrad.runtime.boxed import as_boxed, without_autocast
 from aotgrad.partition.inspection import report as partition_report
-from aotgrad.phases import Origin, Phases, log_compiled, origin_of
+from aotgrad.phases import CompileRecord, Origin, Phases, log_compiled, origin_of
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
 from aotgrad.torch_logs import log_graph
 from aotgrad.trace import fake_mode_for, to_fake
@@ -241,11 +243,15 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     log_graph("backward", p.backward, record.origin)
     with phases("compile"):
         forward = fw_compiler(p.forward, _placeholder_vals(p.forward))
-        backward = bw_compiler(p.backward, _placeholder_vals(p.backward))
+        if _compiled_lazily(p.backward):
+            record.backward_at_first_call = True
+            backward = _compiled_at_first_call(_compiled_later(bw_compiler), p.backward, record)
+        else:
+            backward = bw_compiler(p.backward, _placeholder_vals(p.backward))
     plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
                        p.detached_inputs, p.forward.meta.get("num_saved_sizes", 0),
-                       p.backward, _in_this_tracing_context(_logging_variants(bw_compiler, p.backward, record.origin)),
+                       p.backward, _compiled_later(_logging_variants(bw_compiler, p.backward, record.origin)),
                        saved_outputs=p.saved_outputs,
                        repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs),
                        **_own_counter_results(p.forward, p.backward, p.num_forward_outputs, p.epilogue))
@@ -255,6 +261,48 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     if p.made_to_require_grad:
         runtime = MakingInputsRequireGrad(runtime, p.made_to_require_grad)
     return runtime
+
+
+def _compiled_lazily(backward: fx.GraphModule) -> bool:
+    """Is the backward compiled at its first call rather than with the forward?
+
+    At the first call, aotgrad knows which outputs got a gradient: a training step that
+    backpropagates only the loss compiles just the backward variant for that call
+    (RuntimePlan.backward_without), and the whole backward only if a call needs it. A graph
+    whose shapes are symbolic is compiled with the forward: its compile may add guards on
+    the sizes, which dynamo checks only if they come while the forward's frame is compiled
+    (PyTorch's AOTAutograd draws the same line, at sizes saved for the backward)."""
+    if not config.lazy_backward:
+        return False
+    for val in _placeholder_vals(backward):
+        if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and not _static_geometry(val)):
+            return False
+    return True
+
+
+def _static_geometry(val: torch.Tensor) -> bool:
+    return not any(isinstance(n, torch.SymInt) for n in (*val.shape, *val.stride(), val.storage_offset()))
+
+
+def _compiled_at_first_call(compiler: Callable, gm: fx.GraphModule, record: CompileRecord) -> Callable:
+    """`compiler(gm, ...)`'s compiled graph, boxed, compiled when it is first called (once,
+    under a lock: two threads may run their first backward together); its time goes into
+    `record` (the compile it belongs to) and its own info line."""
+    compiled: list[Callable] = []
+    lock = threading.Lock()
+
+    def run(args: list):
+        if not compiled:
+            with lock:
+                if not compiled:
+                    start = time.perf_counter()
+                    compiled.append(as_boxed(compiler(gm, _placeholder_vals(gm))))
+                    seconds = time.perf_counter() - start
+                    record.phases["backward compile"] = seconds
+                    log_compiled("backward (at its first call)", record.origin, seconds)
+        return compiled[0](args)
+    run._boxed_call = True
+    return run
 
 
 def _without_autocast_compiler(compiler: Callable) -> Callable:
@@ -289,20 +337,23 @@ def _logging_variants(compiler: Callable, backward: fx.GraphModule, origin: Orig
     return compile_variant
 
 
-def _in_this_tracing_context(compiler: Callable) -> Callable:
-    """`compiler`, called later (a backward variant, built at the first backward that misses
-    some grads) inside dynamo's tracing context of this compile, as now: Inductor finds its
-    shape environment there, without which it neither reads nor fills its graph cache (each
-    process would compile that variant again)."""
+def _compiled_later(compiler: Callable) -> Callable:
+    """`compiler`, for a graph compiled at a later call (the backward at its first call, a
+    backward variant at the first backward that misses some grads):
+    - inside dynamo's tracing context of this compile, as now: Inductor finds its shape
+      environment there, without which it neither reads nor fills its graph cache (each
+      process would compile that graph again);
+    - never traced by dynamo: under a torch.compile'd function that calls `.backward()`,
+      dynamo compiles each Python frame the backward runs, and a compile traced that way
+      made a function missing its globals (NameError at its first call)."""
     from torch._guards import TracingContext, tracing
 
     context = TracingContext.try_get()
-    if context is None:
-        return compiler
 
+    @torch.compiler.disable
     @functools.wraps(compiler)
     def compile_graph(gm, example_inputs):
-        with tracing(context):
+        with tracing(context) if context is not None else contextlib.nullcontext():
             return compiler(gm, example_inputs)
     return compile_graph
 

@@ -643,7 +643,7 @@ def test_a_call_from_another_thread_while_an_aot_module_traces_waits_for_the_com
     torch.testing.assert_close(out, model(first))
     torch.testing.assert_close(results["second"], model(second))
     assert not any(isinstance(p, FakeTensor) for p in model.parameters())
-    assert len(graphs) == 2
+    assert len(graphs) == 1  # one compile (the forward; the backward at its first call)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

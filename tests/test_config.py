@@ -21,7 +21,7 @@ PACKAGE = pathlib.Path(aotgrad.__file__).parent
 # XDG_CACHE_HOME=<folder> (cache_dir is <folder>/aotgrad)
 DEFAULTS = {"partitioner": "default", "activation_memory_budget": 1.0, "activation_memory_budget_bytes": None,
             "optimize_ddp": True, "compiled_autograd_verbose": False, "log_level": "warning",
-            "check_graphs": False, "cache_size_limit_mb": 1024}
+            "check_graphs": False, "cache_size_limit_mb": 1024, "lazy_backward": True}
 
 
 @pytest.fixture(autouse=True)

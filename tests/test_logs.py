@@ -53,7 +53,7 @@ class LogLevel(LogLevelTest):
         messages = [r.getMessage() for r in self.records.records]
         for phase in ("trace", "functionalize", "partition", "compile"):
             self.assertTrue(any(f": {phase} " in m and m.endswith(" ms") for m in messages), (phase, messages))
-        self.assertTrue(any(m.startswith("aotgrad: compiled forward and backward of ") for m in messages), messages)
+        self.assertTrue(any(m.startswith("aotgrad: compiled forward (backward at its first call) of ") for m in messages), messages)
 
     def test_info_shows_info_but_not_debug(self):
         config.log_level = "info"
@@ -108,7 +108,7 @@ class OneLinePerCompile(LogLevelTest):
         g(torch.randn(3, requires_grad=True))  # (no compile)
         where = f"{_sine.__code__.co_filename}:{_sine.__code__.co_firstlineno}"
         self.assertEqual(len(self.messages()), 1, self.messages())
-        self.assertRegex(self.messages()[0], rf"^aotgrad: compiled forward and backward of _sine at {re.escape(where)} "
+        self.assertRegex(self.messages()[0], rf"^aotgrad: compiled forward \(backward at its first call\) of _sine at {re.escape(where)} "
                                              r"in \d+\.\d ms \(trace \d+\.\d, functionalize \d+\.\d, partition "
                                              r"\d+\.\d, compile \d+\.\d\)$")
 
@@ -233,7 +233,7 @@ class Environment(unittest.TestCase):
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertRegex(done.stderr, r"aotgrad <lambda>: trace \d+\.\d ms")
-        self.assertRegex(done.stderr, r"aotgrad: compiled forward and backward of <lambda> in \d+\.\d ms \(trace ")
+        self.assertRegex(done.stderr, r"aotgrad: compiled forward \(backward at its first call\) of <lambda> in \d+\.\d ms \(trace ")
 
 
 _TWO_COMPILES = """
@@ -259,11 +259,13 @@ class TorchCompileInfo(unittest.TestCase):
             script, done = _run_script(directory, "two_compiles.py", _TWO_COMPILES, AOTGRAD_LOG="info")
         self.assertEqual(done.returncode, 0, done.stderr)
         lines = [line for line in done.stderr.splitlines() if line.startswith("aotgrad")]
-        self.assertEqual(len(lines), 2, done.stderr)
+        self.assertEqual(len(lines), 3, done.stderr)
         where = re.escape(f"{script}:5")
-        self.assertRegex(lines[0], rf"^aotgrad: compiled forward and backward of step at {where} \(torch.compile "
-                                   r"frame 0/0\) in \d+\.\d ms \(")
-        self.assertRegex(lines[1], rf"^aotgrad: compiled inference graph of step at {where} \(torch.compile "
+        self.assertRegex(lines[0], rf"^aotgrad: compiled forward \(backward at its first call\) of step at {where} "
+                                   r"\(torch.compile frame 0/0\) in \d+\.\d ms \(")
+        self.assertRegex(lines[1], rf"^aotgrad: compiled backward \(at its first call\) of step at {where} "
+                                   r"\(torch.compile frame 0/0\) in \d+\.\d ms$")
+        self.assertRegex(lines[2], rf"^aotgrad: compiled inference graph of step at {where} \(torch.compile "
                                    r"frame 0/1\) in \d+\.\d ms \(")
 
 
