@@ -308,9 +308,12 @@ def default_cut(problem: CutProblem) -> Cut:
     moved = {n: b if n in problem.forward_required else MOVED_BYTES * b for n, b in problem.save_bytes.items()}
     for kept in (kept_by_default(problem), {n for n in problem.nodes if cost.is_compute_bound(n)}):
         # only ops the forward may save (a tuple through its getitems): banning one that
-        # cannot be saved leaves no finite cut
+        # cannot be saved leaves no finite cut. Only ops the forward runs anyway: a value only
+        # the backward reads is made once wherever it is, and banning it would move it into
+        # the forward (PyTorch's partitioner bans forward ops only, too)
         banned = CutProblem(problem.parts, problem.nodes, problem.needed, problem.forward_required, moved,
-                            {n: _INF if n in kept and (problem.save_bytes[n] != _INF or _is_tuple(n)) else c
+                            {n: _INF if n in kept and n in problem.forward_required
+                             and (problem.save_bytes[n] != _INF or _is_tuple(n)) else c
                              for n, c in problem.costs.items()})
         residual = banned.network.solve(p, q)
         if residual.value <= q * banned.network.total_bytes + p * banned.network.total_cost:

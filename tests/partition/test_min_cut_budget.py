@@ -320,6 +320,30 @@ def assert_close_and_backward(expected, actual):
     actual.square().sum().backward()
 
 
+def test_budget_one_makes_a_mask_only_the_backward_reads_in_the_backward():
+    """embedding -> layer norm, Inductor's decompositions: the embedding's backward masks the
+    ids it scatter-adds (`0 <= id < 50`, `id != padding_idx`), and the scatter-add does not fuse
+    its inputs. The masks read only the ids, which the backward reads anyway: they are made
+    there, as PyTorch's partitioner makes them, not in the forward, in a kernel of their own
+    that the forward runs only to save a mask (phi had one forward kernel more than
+    backend="inductor"). Grads as eager's."""
+    import torch.nn as nn
+
+    class EmbedNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.norm = nn.Embedding(50, 16, padding_idx=0), nn.LayerNorm(16)
+
+        def forward(self, ids):
+            return self.norm(self.embed(ids))
+
+    torch.manual_seed(0)
+    saved, graphs = _saved_matching_eager(EmbedNorm(), torch.randint(0, 50, (4, 8)))
+    assert not any(n.meta["val"].dtype == torch.bool for n in saved), saved
+    assert torch.ops.aten.bitwise_and.Tensor not in {n.target for n in graphs["forward"].graph.nodes}
+    assert torch.ops.aten.bitwise_and.Tensor in {n.target for n in graphs["backward"].graph.nodes}
+
+
 def test_budget_one_makes_a_constant_again_rather_than_saving_it():
     """A constant the forward uses and a matmul of the backward reads: made again in the backward
     (writing it costs what saving it keeps), not saved. Grads as eager's."""
