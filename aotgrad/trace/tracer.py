@@ -244,6 +244,15 @@ class GraphRecorder(TorchDispatchMode):
                 self._decomposing -= 1
             if result is not NotImplemented:
                 return result
+        if self._decomposing:
+            # A composite op called inside a decomposition reaches this mode below autograd, where
+            # it was not broken up (`.to(device, dtype)` in nll_loss's): record what it is made
+            # of, as eager runs it (`_to_copy`, or the input itself), so the compilers see their
+            # own ops (Inductor lowers `aten.to` as a call of its own, a kernel boundary)
+            with self:
+                result = func.decompose(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
         if func is aten.lift_fresh.default:
             # A tensor literal (`torch.tensor(...)`) is fresh on every eager call: copy it.
             func = aten.lift_fresh_copy.default

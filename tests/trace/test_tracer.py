@@ -222,3 +222,35 @@ def test_views_under_torch_compile_get_eagers_strides_on_size_one_dims():
     actual = torch.compile(f, backend="aotgrad")(a)
     assert [t.stride() for t in actual] == [t.stride() for t in expected] == [(0,), (0,)]
     assert_same_as_eager(f, [a], torch.compile(f, backend="aotgrad"))
+
+
+def test_a_composite_op_inside_a_decomposition_is_recorded_as_what_it_is_made_of():
+    # nll_loss's decomposition calls `.to(device, dtype)` (aten.to, a composite op) below
+    # autograd, where it reached the tracer whole; Inductor lowers aten.to as a call of its own
+    # (a kernel boundary: the loss's division got a kernel of its own). Eager breaks it up.
+    from torch._inductor.decomposition import select_decomp_table
+
+    graphs = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return gm
+        return compiler
+
+    def loss(logits, target):
+        return torch.nn.functional.cross_entropy(logits, target)
+
+    torch.manual_seed(0)
+    logits, target = torch.randn(4, 5, requires_grad=True), torch.tensor([1, -100, 3, 0])
+    compiled = aotgrad.aot_function(loss, keep("forward"), keep("backward"), decompositions=select_decomp_table())
+    got = compiled(logits, target)
+    got.backward()
+    expected_logits = logits.detach().clone().requires_grad_()
+    expected = loss(expected_logits, target)
+    expected.backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(logits.grad, expected_logits.grad)
+    targets = {n.target for gm in graphs.values() for n in gm.graph.nodes}
+    assert torch.ops.aten.to.device not in targets and torch.ops.aten.to.dtype not in targets, targets
+    assert torch.ops.prims.convert_element_type.default in targets
