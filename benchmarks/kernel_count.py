@@ -9,6 +9,11 @@ kernels are read from the output code Inductor wrote for each graph.
 
     python benchmarks/kernel_count.py --models phi,convnext            # counts per graph
     python benchmarks/kernel_count.py --models phi --names             # and each kernel's name
+    python benchmarks/kernel_count.py --models phi --processes 3       # first step: median of 3
+
+One cold process's first step varies by about 15% on this machine: `--processes N` runs N cold
+processes per backend, the backends taking turns, and gives the median (and range) and the
+ratio aotgrad_inductor / inductor of the medians.
 
 A kernel's name lists the ops fused into it (`cpp_fused_add_mul_tanh_3`). PyTorch names them
 after the ops before decomposition (`native_layer_norm`), aotgrad's graphs after the decomposed
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import re
 import subprocess
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="phi")
     parser.add_argument("--names", action="store_true", help="list each graph's kernels")
+    parser.add_argument("--processes", type=int, default=1, help="cold processes per backend (median)")
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -85,14 +92,37 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print("| model | backend | first step | kernels | per graph |\n|---|---|---|---|---|")
     for model in args.models.split(","):
+        seconds, graphs = first_steps(model, args.processes)
         for backend in BACKENDS:
-            seconds, graphs = measure(model, backend)
-            counts = " + ".join(str(len(g)) for g in graphs)
-            print(f"| {model} | {backend} | {seconds:.1f} s | {sum(map(len, graphs))} | {counts} |", flush=True)
+            counts = " + ".join(str(len(g)) for g in graphs[backend])
+            print(f"| {model} | {backend} | {_seconds(seconds[backend])} | {sum(map(len, graphs[backend]))} "
+                  f"| {counts} |", flush=True)
             if args.names:
-                for graph in graphs:
+                for graph in graphs[backend]:
                     print("\n".join(["", *(f"    {name}" for name in graph)]))
+        if args.processes > 1:
+            ratio = statistics.median(seconds["aotgrad_inductor"]) / statistics.median(seconds["inductor"])
+            print(f"| {model} | ratio of medians | {ratio:.2f} | | |", flush=True)
     return 0
+
+
+def first_steps(model: str, processes: int) -> tuple[dict, dict]:
+    """Each backend's first-step seconds over `processes` cold processes (the backends taking
+    turns, so a load drift hits both), and the kernels of its first process."""
+    seconds: dict = {b: [] for b in BACKENDS}
+    graphs: dict = {}
+    for i in range(processes):
+        for backend in BACKENDS if i % 2 == 0 else BACKENDS[::-1]:
+            took, kernels = measure(model, backend)
+            seconds[backend].append(took)
+            graphs.setdefault(backend, kernels)
+    return seconds, graphs
+
+
+def _seconds(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.1f} s"
+    return f"{statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
 
 
 if __name__ == "__main__":

@@ -43,3 +43,18 @@ def test_an_inductor_compile_writes_the_kernels_counted(monkeypatch, tmp_path):
         graphs = kernel_count.kernels_by_graph(str(tmp_path))
     assert len(graphs) == 1 and len(graphs[0]) >= 1, graphs
     assert all(name.startswith("cpp_fused_") for name in graphs[0]), graphs
+
+
+def test_first_steps_take_turns_and_keep_each_backends_first_kernels(monkeypatch):
+    kernel_count = _kernel_count(monkeypatch)
+    calls = []
+
+    def measure(model, backend):
+        calls.append(backend)
+        return float(len(calls)), [[f"{backend}_{len(calls)}"]]
+    monkeypatch.setattr(kernel_count, "measure", measure)
+    seconds, graphs = kernel_count.first_steps("phi", 3)
+    assert calls == ["inductor", "aotgrad_inductor", "aotgrad_inductor", "inductor", "inductor", "aotgrad_inductor"]
+    assert seconds == {"inductor": [1.0, 4.0, 5.0], "aotgrad_inductor": [2.0, 3.0, 6.0]}
+    assert graphs == {"inductor": [["inductor_1"]], "aotgrad_inductor": [["aotgrad_inductor_2"]]}
+    assert kernel_count._seconds([3.0, 1.0, 2.0]) == "2.0 s (1.0-3.0)"
