@@ -36,6 +36,7 @@ from aotgrad.phases import CompileRecord, Origin, Phases, log_compiled, origin_o
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
 from aotgrad.torch_logs import log_graph
 from aotgrad.trace import fake_mode_for, to_fake
+from aotgrad.trace.symbolic import has_symbols
 
 log = logging.getLogger("aotgrad")
 
@@ -272,16 +273,7 @@ def _compiled_lazily(backward: fx.GraphModule) -> bool:
     whose shapes are symbolic is compiled with the forward: its compile may add guards on
     the sizes, which dynamo checks only if they come while the forward's frame is compiled
     (PyTorch's AOTAutograd draws the same line, at sizes saved for the backward)."""
-    if not config.lazy_backward:
-        return False
-    for val in _placeholder_vals(backward):
-        if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and not _static_geometry(val)):
-            return False
-    return True
-
-
-def _static_geometry(val: torch.Tensor) -> bool:
-    return not any(isinstance(n, torch.SymInt) for n in (*val.shape, *val.stride(), val.storage_offset()))
+    return config.lazy_backward and not has_symbols(_placeholder_vals(backward))
 
 
 def _compiled_at_first_call(compiler: Callable, gm: fx.GraphModule, record: CompileRecord) -> Callable:

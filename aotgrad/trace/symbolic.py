@@ -27,6 +27,7 @@ from typing import Any, Callable
 import sympy
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, guard_scalar
 from torch.utils._sympy import functions as symfn
 
@@ -93,6 +94,13 @@ def is_symbolic(value: Any) -> bool:
     """A SymInt/SymFloat/SymBool that is not a known constant."""
     return isinstance(value, SYMBOLIC_TYPES) and value.node.maybe_as_int() is None \
         and not value.node.expr.is_number
+
+
+def has_symbols(values: Any) -> bool:
+    """Some number in `values` (a nest of containers) is a SymInt/SymFloat/SymBool, or some
+    tensor's size, stride or offset is symbolic."""
+    return any(isinstance(v, SYMBOLIC_TYPES) or (isinstance(v, torch.Tensor) and v._has_symbolic_sizes_strides)
+               for v in pytree.tree_leaves(values))
 
 
 def free_symbols(value: Any) -> set:

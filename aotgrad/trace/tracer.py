@@ -43,7 +43,7 @@ from aotgrad import compat
 from aotgrad.errors import UnsupportedError
 from aotgrad.trace.fake import shares_version_counter
 from aotgrad.trace.grad_mode_ops import recorded_op
-from aotgrad.trace.symbolic import SYMBOLIC_TYPES, SymbolicValues
+from aotgrad.trace.symbolic import SYMBOLIC_TYPES, SymbolicValues, has_symbols
 
 aten = torch.ops.aten
 
@@ -265,7 +265,7 @@ class GraphRecorder(TorchDispatchMode):
                 out = func(*fake_args, **fake_kwargs)
         else:
             out = func(*fake_args, **fake_kwargs)
-            if getattr(func, "is_view", False) and not _has_symbols((fake_args, fake_kwargs, out)) \
+            if getattr(func, "is_view", False) and not has_symbols((fake_args, fake_kwargs, out)) \
                     and _has_size_one_dim(out):
                 # eager's C++ kernel, not the Python one the python dispatcher picks: they
                 # differ on strides of size-1 dims (`a.sum().expand(1)`: (0,) in C++, (1,) in
@@ -451,12 +451,6 @@ def stale_view_error(func) -> Exception:
 
 def _has_size_one_dim(out) -> bool:
     return any(isinstance(t, torch.Tensor) and 1 in t.shape for t in pytree.tree_leaves(out))
-
-
-def _has_symbols(values) -> bool:
-    """Some number in `values` is symbolic, or some tensor's size, stride or offset is."""
-    return any(isinstance(v, SYMBOLIC_TYPES) or (isinstance(v, torch.Tensor) and v._has_symbolic_sizes_strides)
-               for v in pytree.tree_leaves(values))
 
 
 def _has_empty_tensor(args) -> bool:
