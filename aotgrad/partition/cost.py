@@ -136,6 +136,12 @@ _WRITES_ONLY = {
 }
 # Ops that read only the rows they write (reading the whole table would overcharge them).
 _GATHERS = {aten.embedding, aten.index, aten.gather, aten.index_select}
+# Gathers the default cut saves rather than runs twice, as PyTorch's partitioner does. An
+# embedding's output feeds several readers (the first norm, each residual add): not saved,
+# Inductor repeats the lookup inside each of them, and its CPU kernels split differently
+# (bert, distilbert: one more backward kernel; phi, opt, t5: one or two more forward kernels,
+# each about a second of a cold compile). Saving it costs one activation.
+_SAVED_GATHERS = {aten.embedding}
 
 
 # -- the model --------------------------------------------------------------------------
@@ -260,14 +266,17 @@ def kept_from_rerun(node: fx.Node) -> bool:
     it: pointwise ops, views, constructors and gathers, and reductions that keep at least a
     quarter of what they read. Kept from a second run, as PyTorch's partitioner keeps them:
     compute-bound ops; reductions to under a quarter (a norm's statistics: small to save, a
-    pass over the input and a kernel of their own to recompute); and every other op (scans
-    such as cumsum, sorts, cat, padding, the norms' composite kernels).
+    pass over the input and a kernel of their own to recompute); embedding lookups
+    (_SAVED_GATHERS); and every other op (scans such as cumsum, sorts, cat, padding, the norms'
+    composite kernels).
 
         var_mean(x: f32[8, 64, 64]) -> kept: its outputs are 2 x f32[8, 64, 1]
         sum(x: f32[8, 64], dim=0, keepdim) -> kept;  relu(x), x.view(...), x[idx] -> may run again
     """
     if node.op != "call_function" or is_view(node) or node.target is operator.getitem:
         return False
+    if getattr(node.target, "overloadpacket", None) in _SAVED_GATHERS:
+        return True
     if _is_loop(node):
         return False
     if torch.Tag.reduction in getattr(node.target, "tags", ()):

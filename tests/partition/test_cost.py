@@ -168,7 +168,8 @@ def test_the_default_cut_keeps_what_a_fusing_compiler_cannot_rerun_for_free():
     assert not cost.kept_from_rerun(g.op(aten.sum.dim_IntList, pair, [0], True))     # 2x smaller
     assert not cost.kept_from_rerun(g.op(aten.relu.default, x))
     assert not cost.kept_from_rerun(g.op(aten.view.default, x, [512, 64]))
-    assert not cost.kept_from_rerun(g.op(aten.embedding.default, w, ids))
+    assert cost.kept_from_rerun(g.op(aten.embedding.default, w, ids))               # saved, as PyTorch's
+    assert not cost.kept_from_rerun(g.op(aten.index_select.default, w, 0, ids))    # other gathers fuse
     assert not cost.kept_from_rerun(g.op(aten.full.default, [4, 4], 0.0))
     assert not cost.kept_from_rerun(x)
 

@@ -344,6 +344,28 @@ def test_budget_one_makes_a_mask_only_the_backward_reads_in_the_backward():
     assert torch.ops.aten.bitwise_and.Tensor in {n.target for n in graphs["backward"].graph.nodes}
 
 
+def test_budget_one_saves_an_embeddings_output_several_ops_read():
+    """embedding -> layer norm, plus a residual add reading the embedding: the default cut saves
+    the lookup's output, as PyTorch's partitioner does, and the backward runs no lookup again
+    (run again, Inductor repeats the lookup inside each reader and its CPU kernels split
+    differently: bert's backward had one kernel more than backend="inductor"). Grads as eager's."""
+    import torch.nn as nn
+
+    class EmbedNormResidual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.norm = nn.Embedding(50, 16), nn.LayerNorm(16)
+
+        def forward(self, ids):
+            h = self.embed(ids)
+            return self.norm(h) * h + h
+
+    torch.manual_seed(0)
+    saved, graphs = _saved_matching_eager(EmbedNormResidual(), torch.randint(0, 50, (4, 8)))
+    assert any(n.target is torch.ops.aten.embedding.default for n in saved), saved
+    assert torch.ops.aten.embedding.default not in {n.target for n in graphs["backward"].graph.nodes}
+
+
 def test_budget_one_makes_a_constant_again_rather_than_saving_it():
     """A constant the forward uses and a matmul of the backward reads: made again in the backward
     (writing it costs what saving it keeps), not saved. Grads as eager's."""
