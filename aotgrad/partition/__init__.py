@@ -4,7 +4,7 @@ In: a functional joint graph and the number of forward outputs. Out:
 `fw(*primals) -> (*fw_outputs, *saved)` and `bw(*saved, *tangents) -> (*grads)`;
 the partitioners differ only in what they save and what they recompute.
 cost.py prices both (bytes saved, work recomputed); min_cut.py trades them under a memory
-budget, after common.py merges the forward's repeated computations; optimal.py finds the exact optimum on small graphs (to score min-cut); peak.py
+budget, after repeated.py merges the forward's repeated computations; optimal.py finds the exact optimum on small graphs (to score min-cut); peak.py
 simulates a backward's peak memory; inspection.py's `report(fw_gm, bw_gm)` lists what a
 partition saves and recomputes.
 """

@@ -73,7 +73,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from aotgrad import config
 from aotgrad.errors import AotgradError
 from aotgrad.partition import cost, peak
-from aotgrad.partition.common import merge_repeated
+from aotgrad.partition.repeated import merge_repeated
 from aotgrad.partition.flow import FlowNetwork, Residual
 from aotgrad.partition.graphs import JointParts, build_backward, build_forward, split_joint, with_bare_symbols
 from aotgrad.printing import source_line
@@ -146,7 +146,7 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, 
                                         memory_budget: float | None = None
                                         ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Split a joint graph, saving few bytes and recomputing cheap ops in the backward.
-    The forward's repeated computations are merged first (common.merge_repeated, in place).
+    The forward's repeated computations are merged first (repeated.merge_repeated).
 
     before: joint(x, t): a = x.sin(); b = a.sin(); c = b.sin(); g = t * c.cos() * b.cos() * a.cos() ...
     after:  fw saves x (free: the backward reads x anyway) and the backward recomputes a and b.

@@ -1,31 +1,20 @@
-"""Repeated computations of a joint graph merged: each computation made once.
+"""Repeated computations of a joint graph's forward merged: each made once.
 
-In: a functional joint graph. Out: the same graph, every forward node that repeats an
-earlier node's op on the same inputs with the same arguments replaced by that node, and the
-number merged. Traced programs repeat work: transformers' mask helpers build the same
-`arange` several times, a parallel-residual block (GPT-NeoX) takes two layer norms'
-statistics of one input, each attention layer converts the same mask. Merged, the
-partitioner sees one value: it saves it once or recomputes it once (GPT-NeoX saved its
-attention mask once per layer, and each norm's statistics twice).
-
-Only the forward's nodes (ancestors of the forward outputs) are merged. PyTorch's partitioner
-merges the backward's too (a layer norm's backward subtracting the mean again); there that
-made the cut save the normalized value instead of the embedding it is made from, and
-Inductor then repeats the embedding lookup in each reader: phi got two more kernels (a
-second each of a cold compile) for one mean's bytes.
+In: a functional joint graph. Out: a copy in which every forward node repeating an earlier
+node's op on the same inputs and arguments is that node; the number merged. Traced programs
+repeat work (transformers' mask helpers build the same `arange` several times, GPT-NeoX takes
+two layer norms' statistics of one input); merged, the partitioner saves or recomputes one
+value (GPT-NeoX saved its attention mask once per layer). PyTorch's partitioner merges the
+backward's repeats too; aotgrad does not: a layer norm's backward `x - mean` merged into the
+forward's made the cut save the normalized value instead of the embedding, and Inductor then
+repeats the lookup in each reader (phi: two more kernels, a second each of a cold compile).
 
     before: a = sin(x); b = sin(x); out = a * b      after: a = sin(x); out = a * a
 
-Left alone, because two of them are not one value:
-  * random ops, ops with effects and higher-order ops (each call draws or acts again);
-  * `empty`-like constructors (their contents are whatever memory held);
-  * values whose memory a graph output holds (two outputs eager returns as distinct tensors
-    stay distinct, with their views; the runtime keeps repeated outputs apart only where the
-    graph returns one node twice);
-  * `.data` detaches (each has a version counter of its own in eager);
-  * anything but tensor values (symbolic sizes have nodes of their own, read by name).
-A graph with an in-place op is left whole (functionalization leaves none; a custom joint pass
-might: which reads come before which write is then part of the value).
+Never merged: random ops, ops with effects, higher-order ops (one may save the random state);
+`empty`-like constructors; values whose memory a graph output holds (eager's distinct outputs
+stay distinct); `.data` detaches (a version counter each); non-tensor values. A graph with an
+in-place op is left whole (which reads precede which write is then part of the value).
 """
 from __future__ import annotations
 
@@ -43,36 +32,40 @@ _UNINITIALIZED = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empt
 
 
 def merge_repeated(gm: fx.GraphModule, num_fwd_outputs: int) -> tuple[fx.GraphModule, int]:
-    """Merge the repeated computations of `gm`'s forward (the ancestors of its first
-    `num_fwd_outputs` outputs) in place; returns `gm` and how many nodes went."""
+    """A copy of `gm` with the repeated computations of its forward (the ancestors of its
+    first `num_fwd_outputs` outputs) merged, and how many nodes went; `gm` itself where none
+    did."""
     graph = gm.graph
     if any(_writes_in_place(n) for n in graph.nodes):
         return gm, 0
     output = graph.find_nodes(op="output")[0]
     returned = {StorageWeakRef(t.untyped_storage()) for n in output.all_input_nodes for t in _tensors(n) or ()}
     forward = _ancestors([a for a in output.args[0][:num_fwd_outputs] if isinstance(a, fx.Node)])
+    merged_graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}  # gm's node -> its copy, or the copy of the node it repeats
     first: dict = {}
-    merged = 0
-    for node in list(graph.nodes):
-        key = _key(node, returned) if node in forward else None
-        if key is None:
+    for node in graph.nodes:
+        key = _key(node, returned, env) if node in forward else None
+        if key is not None and key in first:
+            env[node] = first[key]
             continue
-        kept = first.setdefault(key, node)
-        if kept is not node:
-            node.replace_all_uses_with(kept)
-            graph.erase_node(node)
-            merged += 1
-    if merged:
-        gm.recompile()
-    return gm, merged
+        env[node] = merged_graph.node_copy(node, env.__getitem__)
+        if key is not None:
+            first[key] = env[node]
+    merged = len(graph.nodes) - len(merged_graph.nodes)
+    if not merged:
+        return gm, 0
+    merged_gm = fx.GraphModule(gm, merged_graph)
+    merged_gm.meta.update(gm.meta)
+    return merged_gm, merged
 
 
-def _key(node: fx.Node, returned: set) -> tuple | None:
+def _key(node: fx.Node, returned: set, env: dict) -> tuple | None:
     """What makes `node` the same value as another (its op and its arguments, nodes by
-    identity), or None where it must stay a node of its own."""
+    their copies), or None where it must stay a node of its own."""
     target = node.target
     if node.op != "call_function" or not (isinstance(target, torch._ops.OpOverload) or target is operator.getitem):
-        return None  # (higher-order ops too: one may save the random state it ran with)
+        return None
     if node.is_impure() or node.meta.get("own_version_counter"):
         return None
     if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
@@ -83,7 +76,7 @@ def _key(node: fx.Node, returned: set) -> tuple | None:
     if not tensors or any(StorageWeakRef(t.untyped_storage()) in returned for t in tensors):
         return None
     try:
-        key = (target, _frozen(node.args), _frozen(node.kwargs))
+        key = (target, _frozen(node.args, env), _frozen(node.kwargs, env))
         hash(key)
     except (TypeError, _Unkeyable):
         return None
@@ -94,16 +87,16 @@ class _Unkeyable(Exception):
     pass
 
 
-def _frozen(value):
+def _frozen(value, env: dict):
     """`value` as a hashable key that tells apart what compares equal across types and signs
-    (True and 1, 1 and 1.0, 0.0 and -0.0): nodes themselves, containers by kind, the rest by
-    type and repr."""
+    (True and 1, 1 and 1.0, 0.0 and -0.0): nodes by their copies, containers by kind, the
+    rest by type and repr."""
     if isinstance(value, fx.Node):
-        return value
+        return env[value]
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_frozen(v) for v in value))
+        return (type(value).__name__, tuple(_frozen(v, env) for v in value))
     if isinstance(value, dict):
-        return ("dict", tuple((k, _frozen(v)) for k, v in sorted(value.items())))
+        return ("dict", tuple((k, _frozen(v, env)) for k, v in sorted(value.items())))
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Tensor)):
         raise _Unkeyable  # (a symbol or a constant tensor in the arguments: kept as it is)
     if isinstance(value, float):

@@ -5,7 +5,7 @@ import torch
 import torch.fx as fx
 
 import aotgrad
-from aotgrad.partition.common import merge_repeated
+from aotgrad.partition.repeated import merge_repeated
 from tests.oracle import assert_same_as_eager
 from tests.partition.test_cost import Graph
 
@@ -27,8 +27,10 @@ def test_a_repeated_op_and_what_reads_it_are_merged():
     x = g.input("x", 4, 8)
     a, b = g.op(aten.sin.default, x), g.op(aten.sin.default, x)
     ca, cb = g.op(aten.mul.Tensor, a, 2.0), g.op(aten.mul.Tensor, b, 2.0)   # the same once a, b are one
-    gm, merged = merge_repeated(*_module(g, g.op(aten.add.Tensor, ca, cb)))
+    joint = _module(g, g.op(aten.add.Tensor, ca, cb))
+    gm, merged = merge_repeated(*joint)
     assert merged == 2
+    assert len(joint[0].graph.nodes) == 7   # its input untouched
     assert _targets(gm) == [aten.sin.default, aten.mul.Tensor, aten.add.Tensor]
     x_ = torch.randn(4, 8)
     torch.testing.assert_close(gm(x_)[0], 4 * x_.sin())
