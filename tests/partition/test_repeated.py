@@ -4,9 +4,8 @@ import operator
 import torch
 import torch.fx as fx
 
-import aotgrad
 from aotgrad.partition.repeated import merge_repeated
-from tests.oracle import assert_same_as_eager
+from tests.partition.test_min_cut_budget import _compiled_with_inductors_decompositions, _saved_matching_eager
 from tests.partition.test_cost import Graph
 
 aten = torch.ops.aten
@@ -124,49 +123,32 @@ def test_a_data_detach_keeps_its_own_node():
     assert merged == 0
 
 
-def _min_cut_graphs(fn, args):
-    graphs = {}
-
-    def keep(kind):
-        def compiler(gm, example_inputs):
-            graphs[kind] = gm
-            return gm
-        return compiler
-
-    from torch._inductor.decomposition import select_decomp_table
-
-    compiled = aotgrad.aot_function(fn, fw_compiler=keep("forward"), bw_compiler=keep("backward"),
-                                    partition_fn=aotgrad.min_cut_rematerialization_partition,
-                                    decompositions=select_decomp_table())
-    return compiled, graphs
-
-
 def test_min_cut_saves_two_norms_statistics_of_one_input_once():
     """Two layer norms of one input (GPT-NeoX's parallel residual): their statistics are one
     computation, saved once. Outputs and grads as eager's."""
-    def f(x, w1, w2):
-        a = torch.nn.functional.layer_norm(x, (16,), w1)
-        b = torch.nn.functional.layer_norm(x, (16,), w2)
-        return a * b
+    class TwoNorms(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = torch.nn.LayerNorm(16), torch.nn.LayerNorm(16)
 
-    def leaves():
-        torch.manual_seed(0)
-        return [torch.randn(4, 16, requires_grad=True), torch.randn(16, requires_grad=True),
-                torch.randn(16, requires_grad=True)]
+        def forward(self, x):
+            return self.first(x) * self.second(x)
 
-    compiled, graphs = _min_cut_graphs(f, leaves())
-    assert_same_as_eager(f, leaves(), compiled=compiled)
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, requires_grad=True)
+    saved, graphs = _saved_matching_eager(TwoNorms(), x)
     assert _targets(graphs["forward"]).count(aten.var_mean.correction) == 1
-    saved = graphs["backward"].graph.find_nodes(op="placeholder")
     statistics = [n for n in saved if tuple(n.meta["val"].shape) == (4, 1)]
     assert len(statistics) <= 2, saved      # a mean and an rstd at most, not one pair per norm
 
 
 def test_outputs_eager_returns_as_two_tensors_stay_two():
-    def f(x):
-        return x.sin(), x.sin()
+    class TwoSines(torch.nn.Module):
+        def forward(self, x):
+            return x.sin(), x.sin()
 
-    compiled, _ = _min_cut_graphs(f, [torch.randn(4, requires_grad=True)])
-    a, b = compiled(torch.randn(4, requires_grad=True))
+    compiled, _ = _compiled_with_inductors_decompositions(TwoSines())
+    x = torch.randn(4, requires_grad=True)
+    a, b = compiled(x)
     assert a.data_ptr() != b.data_ptr()
-    assert_same_as_eager(f, [torch.randn(4, requires_grad=True)], compiled=compiled)
+    torch.testing.assert_close((a, b), (x.sin(), x.sin()))
