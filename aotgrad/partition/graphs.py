@@ -29,7 +29,8 @@ class JointParts:
                               # (min-cut may list a recomputed node twice: it runs twice)
 
 
-def _ancestors(roots, stop: set | None = None) -> set:
+def ancestors(roots) -> set:
+    """The nodes among `roots` (other values skipped) and every node they read, transitively."""
     seen: set = set()
     stack = [r for r in roots if isinstance(r, fx.Node)]
     while stack:
@@ -48,13 +49,13 @@ def split_joint(joint_gm: fx.GraphModule, num_fwd_outputs: int) -> JointParts:
     output = next(n for n in reversed(joint_gm.graph.nodes) if n.op == "output")
     outs = list(output.args[0])
     fw_outputs, grad_outputs = outs[:num_fwd_outputs], outs[num_fwd_outputs:]
-    forward_nodes = _ancestors(fw_outputs)
+    forward_nodes = ancestors(fw_outputs)
     # A multi-output op's results are read through getitem; a tuple cannot be saved,
     # so every getitem of a forward op is forward too (it costs nothing).
     for node in list(forward_nodes):
         forward_nodes.update(u for u in node.users if u.target is operator.getitem and u not in forward_nodes
                              and all(a in forward_nodes for a in u.all_input_nodes))
-    backward_needed = _ancestors(grad_outputs)
+    backward_needed = ancestors(grad_outputs)
     backward_nodes = [n for n in joint_gm.graph.nodes
                       if n in backward_needed and n not in forward_nodes and n.op != "placeholder"]
     return JointParts(joint_gm, primals, tangents, fw_outputs, grad_outputs, forward_nodes, backward_nodes)
@@ -138,7 +139,7 @@ def build_forward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
     graph = fx.Graph()
     env: dict = {}
     _copy_nodes(graph, parts.primals, env)
-    needed_for_saved = _ancestors(saved)
+    needed_for_saved = ancestors(saved)
     body = [n for n in parts.joint.graph.nodes
             if (n in parts.forward_nodes or n in needed_for_saved) and n.op != "placeholder"]
     _copy_nodes(graph, _moved_nodes_early(body, parts.forward_nodes), env)

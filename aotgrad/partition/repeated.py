@@ -24,6 +24,9 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from aotgrad.functionalize.rules import is_mutating
+from aotgrad.partition.graphs import ancestors
+
 aten = torch.ops.aten
 
 # Constructors whose output is uninitialized memory: two calls are two different values.
@@ -36,11 +39,11 @@ def merge_repeated(gm: fx.GraphModule, num_fwd_outputs: int) -> tuple[fx.GraphMo
     first `num_fwd_outputs` outputs) merged, and how many nodes went; `gm` itself where none
     did."""
     graph = gm.graph
-    if any(_writes_in_place(n) for n in graph.nodes):
+    if any(_writes_in_place(n) for n in graph.nodes):  # (functionalization leaves none)
         return gm, 0
     output = graph.find_nodes(op="output")[0]
     returned = {StorageWeakRef(t.untyped_storage()) for n in output.all_input_nodes for t in _tensors(n) or ()}
-    forward = _ancestors([a for a in output.args[0][:num_fwd_outputs] if isinstance(a, fx.Node)])
+    forward = ancestors(output.args[0][:num_fwd_outputs])
     merged_graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}  # gm's node -> its copy, or the copy of the node it repeats
     first: dict = {}
@@ -118,16 +121,6 @@ def _tensors(node: fx.Node) -> list[torch.Tensor] | None:
     return vals
 
 
-def _ancestors(roots: list[fx.Node]) -> set[fx.Node]:
-    seen, stack = set(roots), list(roots)
-    while stack:
-        for arg in stack.pop().all_input_nodes:
-            if arg not in seen:
-                seen.add(arg)
-                stack.append(arg)
-    return seen
-
-
 def _writes_in_place(node: fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
-    return node.op == "call_function" and schema is not None and schema.is_mutable
+    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+        and is_mutating(node.target, node.args, node.kwargs)
