@@ -76,8 +76,8 @@ for name in "$@"; do
         step zoo_cuda 300 "$PY" benchmarks/zoo.py --device cuda --variant bf16 --backends inductor,aotgrad_inductor \
             --models gpt2,bert,resnet18,mobilenetv2 --steps 3 --rounds 3 --iters 5 --markdown --json "$RESULTS/zoo_cuda.json" ;;
     profile)  # issue 23: why the CNNs' CUDA steps are slower under aotgrad_inductor
-        step profile_resnet18 200 "$PY" benchmarks/zoo_profile.py --model resnet18 --device cuda --variant bf16
-        step profile_mobilenetv2 200 "$PY" benchmarks/zoo_profile.py --model mobilenetv2 --device cuda --variant bf16 ;;
+        step profile_resnet18 200 "$PY" benchmarks/zoo_profile.py --model resnet18 --device cuda --variant bf16 --python-top 30
+        step profile_mobilenetv2 200 "$PY" benchmarks/zoo_profile.py --model mobilenetv2 --device cuda --variant bf16 --python-top 30 ;;
     esac
 done
 

@@ -32,8 +32,11 @@ SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
 COPY_CALLS = ("cudaMemcpy", "cudaMemcpyAsync", "Memcpy DtoH", "Memcpy HtoD")
 
 
-def profile_backend(name: str, backend: str, device: str, variant: str, steps: int) -> dict:
-    """One backend's run: per-step counters and the top ops (a dict of printable facts)."""
+def profile_backend(name: str, backend: str, device: str, variant: str, steps: int, trace: str | None = None,
+                    python_top: int = 0) -> dict:
+    """One backend's run: per-step counters and the top ops (a dict of printable facts). With
+    `trace`, the profiled steps are also written as a Chrome trace to `trace`; with `python_top`,
+    that many Python functions with the most own time over another `steps` steps (cProfile)."""
     torch.manual_seed(0)
     module, batch = zoo.build(name, variant, device)
     run = zoo.make_run(module, batch, backend)
@@ -48,7 +51,29 @@ def profile_backend(name: str, backend: str, device: str, variant: str, steps: i
         for _ in range(steps):
             zoo.train_step(run, autocast)
         zoo._synchronize(device)
-    return summarize(prof.key_averages(), steps, device)
+    if trace:
+        prof.export_chrome_trace(trace)
+    result = summarize(prof.key_averages(), steps, device)
+    if python_top:
+        result["python"] = _python_profile(lambda: zoo.train_step(run, autocast), steps, device, python_top)
+    return result
+
+
+def _python_profile(step, steps: int, device: str, top: int) -> str:
+    """The `top` Python functions with the most own time over `steps` steps, as pstats prints them."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    zoo._synchronize(device)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
 
 
 def summarize(averages, steps: int, device: str) -> dict:
@@ -95,6 +120,8 @@ def print_side_by_side(results: dict[str, dict]) -> None:
                 print(f"\n{backend}: {title} (ms per step, calls per step)")
                 for op, us in rows:
                     print(f"  {us / 1000:8.3f}  x{results[backend]['calls'][op]:6.0f}  {op[:100]}")
+        if "python" in results[backend]:
+            print(f"\n{backend}: Python functions by own time over the profiled steps\n{results[backend]['python']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,12 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", default="none", choices=zoo.VARIANTS)
     parser.add_argument("--steps", type=int, default=5, help="profiled steps")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads on CPU")
+    parser.add_argument("--trace", help="write each backend's profiled steps as a Chrome trace, TRACE-<backend>.json")
+    parser.add_argument("--python-top", type=int, default=0, help="also print this many Python functions by own time")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import torch._inductor.config as inductor_config
 
     inductor_config.cpp.enable_kernel_profile = True
-    results = {b: profile_backend(args.model, b, args.device, args.variant, args.steps) for b in args.backends.split(",")}
+    results = {b: profile_backend(args.model, b, args.device, args.variant, args.steps,
+                                  f"{args.trace}-{b}.json" if args.trace else None, args.python_top)
+               for b in args.backends.split(",")}
     print(f"{args.model} on {args.device}, variant {args.variant}, {args.steps} profiled steps, torch {torch.__version__}")
     print_side_by_side(results)
     return 0

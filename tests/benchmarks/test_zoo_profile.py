@@ -26,3 +26,16 @@ def test_counters_are_per_step_and_count_the_syncs(monkeypatch):
     assert facts["copies"] == 0 and facts["kernels"] == 0
     assert facts["aten calls"] >= 5
     assert facts["top host"] and facts["top device"] == []
+
+
+def _a_step_of_known_calls(calls: list[int]) -> None:
+    calls.append(1)
+
+
+def test_python_profile_lists_the_steps_functions_with_their_call_counts(monkeypatch):
+    zoo_profile = _zoo_profile(monkeypatch)
+    calls: list[int] = []
+    text = zoo_profile._python_profile(lambda: _a_step_of_known_calls(calls), steps=3, device="cpu", top=50)
+    assert len(calls) == 3  # the step ran `steps` times, under the profiler
+    line = next(line for line in text.splitlines() if "_a_step_of_known_calls" in line)
+    assert line.split()[0] == "3"  # its call count, as pstats prints it
