@@ -167,8 +167,47 @@ def min_cut_rematerialization_partition(joint_gm: fx.GraphModule, joint_inputs, 
     budget = config.activation_memory_budget if memory_budget is None else memory_budget
     saved = choose_cut(problem, budget, config.activation_memory_budget_bytes).saved
     parts.backward_nodes = problem.schedule(saved).nodes
+    saved = saved_as_read(parts, saved)
     saved = with_bare_symbols(parts, saved)
     return build_forward(parts, saved), build_backward(parts, saved)
+
+
+def saved_as_read(parts: JointParts, saved: list[fx.Node]) -> list[fx.Node]:
+    """`saved` with each value that the backward reads only through one view replaced by
+    that view, where the forward computes the view too and passes it to a library kernel
+    (a convolution, a matmul) while a fused loop makes the value (run no more in the
+    backward: `parts.backward_nodes` is updated). The same storage is saved; no op moves.
+
+    The cut saves a view's base (views have no bytes of their own), but a graph compiler
+    lays out each saved output on its own. Inductor gives a 4-d saved value channels-last
+    strides; for the NHWC base of a `permute` into a convolution those are the wrong
+    dimensions, so the convolution's input became a second buffer, written by a kernel of
+    its own (convnext: one more forward kernel). Saved as the view, it is one buffer in the
+    layout the library kernel reads, as PyTorch's partitioner saves it. A value a library
+    kernel makes (a convolution's output) keeps the layout that kernel gave it: saved as is.
+
+        forward:  ln = layer_norm(x); p = ln.permute(0, 3, 1, 2); y = conv(p, w)
+        backward: convolution_backward(g, ln.permute(0, 3, 1, 2), w)   saves ln  ->  saves p
+    """
+    outputs = {o for o in parts.fw_outputs + parts.grad_outputs if isinstance(o, fx.Node)}
+    readers: dict[fx.Node, set] = {}
+    for node in parts.backward_nodes:
+        for arg in node.all_input_nodes:
+            readers.setdefault(arg, set()).add(node)
+    saved = list(saved)
+    for i, base in enumerate(saved):
+        while (base.op != "placeholder" and base not in outputs and isinstance(base.meta.get("val"), torch.Tensor)
+               and len(readers.get(base, ())) == 1):
+            (view,) = readers[base]
+            if not (cost.is_view(view) and view.args[0] is base and view in parts.forward_nodes
+                    and isinstance(view.meta.get("val"), torch.Tensor) and cost.fuses_inputs(base)
+                    and any(u in parts.forward_nodes and not cost.fuses_inputs(u) for u in view.users)):
+                break
+            parts.backward_nodes = [n for n in parts.backward_nodes if n is not view]
+            for arg in view.all_input_nodes:
+                readers[arg].discard(view)
+            base = saved[i] = view
+    return list(dict.fromkeys(saved))
 
 
 def tradeoff_hull(joint_gm: fx.GraphModule, num_fwd_outputs: int) -> list[tuple[int, int]]:

@@ -286,6 +286,52 @@ def test_budget_one_saves_no_value_only_the_backward_would_compute():
     assert any(n.target is torch.ops.aten.sub.Tensor for n in graphs["backward"].graph.nodes)
 
 
+def test_budget_one_saves_the_view_a_convolution_reads_rather_than_its_base():
+    """conv -> channel layer norm (permute, norm, permute) -> conv: the second convolution's
+    weight grad reads its input, the norm's NHWC output permuted back to NCHW. The cut saves
+    storages, but the forward saves that permute itself, the view the convolution reads, as
+    PyTorch's partitioner does: Inductor lays out each saved output alone, and gave the NHWC
+    base channels-last strides of the wrong dimensions, a second buffer and kernel (convnext:
+    forward 9 kernels against inductor's 8). The first convolution's output, which the norm
+    reads through a permute, stays saved as is (a library kernel made it). Grads as eager's."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 40, 3), _ChannelNorm(40), nn.Conv2d(40, 8, 1))
+    saved, graphs = _saved_matching_eager(model, torch.randn(2, 3, 8, 8))
+    convolutions = [n for n in graphs["forward"].graph.nodes if n.target is torch.ops.aten.convolution.default]
+    assert convolutions[1].args[0] in saved, saved  # the permute the second convolution reads
+    assert convolutions[1].args[0].target is torch.ops.aten.permute.default
+    assert convolutions[1].args[0].args[0] not in saved, saved  # not its base as well
+    assert convolutions[0] in saved, saved
+    weight_grads = [n for n in graphs["backward"].graph.nodes if n.target is torch.ops.aten.convolution_backward.default]
+    assert all(n.args[1].op == "placeholder" for n in weight_grads), [n.args[1] for n in weight_grads]
+
+
+def _view_saved_for(base, forward_reader):
+    """What saved_as_read saves for `a = base(x, w); v = a.t(); out = forward_reader(v, w)`, where
+    the cut saved `a` and the backward recomputes `v` from it."""
+    gm, num_fwd_outputs = joint_graph(lambda x, w: forward_reader(base(x, w).t(), w), (_leaf(8, 8), _leaf(8, 8)))
+    parts = split_joint(gm, num_fwd_outputs)
+    (v,) = [n for n in gm.graph.nodes if n.target is torch.ops.aten.t.default and n in parts.forward_nodes
+            and n.args[0].op != "placeholder"][:1]
+    a = v.args[0]
+    parts.backward_nodes = [v] + [n for n in parts.backward_nodes if v in n.all_input_nodes]
+    return min_cut.saved_as_read(parts, [a]), a, v, parts
+
+
+def test_saved_as_read_saves_the_view_a_library_kernel_reads_of_a_value_a_fused_loop_makes():
+    twice = lambda x, w: x * 2  # noqa: E731
+    saved, a, v, parts = _view_saved_for(twice, lambda v, w: (v @ w).sum())
+    assert saved == [v] and v not in parts.backward_nodes  # mm reads v in the forward
+    saved, a, v, parts = _view_saved_for(twice, lambda v, w: (v.sin() * w).sum())
+    assert saved == [a] and v in parts.backward_nodes  # only a fused loop reads v: a's layout is free
+    saved, a, v, parts = _view_saved_for(lambda x, w: x @ w, lambda v, w: (v @ w).sum())
+    assert saved == [a] and v in parts.backward_nodes  # a library kernel made a: its layout stays
+    saved, a, v, parts = _view_saved_for(twice, lambda v, w: ((v @ w).sum(), v.t()))
+    assert saved == [a] and v in parts.backward_nodes  # a is returned (its own layout): kept
+
+
 def test_budget_one_still_saves_a_mask_much_smaller_than_what_it_is_made_from():
     """linear -> relu -> sum, Inductor's decompositions: the ReLU's backward needs `out <= 0`,
     a bool 1/4 the bytes of the float output; counted twice it is still half, so the forward
