@@ -37,6 +37,8 @@ def profile_backend(name: str, backend: str, device: str, variant: str, steps: i
     """One backend's run: per-step counters and the top ops (a dict of printable facts). With
     `trace`, the profiled steps are also written as a Chrome trace to `trace`; with `python_top`,
     that many Python functions with the most own time over another `steps` steps (cProfile)."""
+    if backend.startswith("aotgrad"):
+        import aotgrad  # noqa: F401  (registers its backends where it is on the path, not installed)
     torch.manual_seed(0)
     module, batch = zoo.build(name, variant, device)
     run = zoo.make_run(module, batch, backend)
