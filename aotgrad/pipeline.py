@@ -232,12 +232,13 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     record = phases.record
     record.forward, record.backward, record.epilogue = p.forward, p.backward, p.epilogue
     record.tangent_sources, record.grad_inputs = p.tangent_sources, p.grad_inputs
+    p.forward.meta["quiet_writes"] = _writable_in_graph(p.forward, p.epilogue)
     if p.backward is None:
         compiler = _without_autocast_compiler(options.inference_compiler or options.fw_compiler)
         log_graph("inference", p.forward, record.origin)
         with phases("compile"):
             forward = compiler(p.forward, _placeholder_vals(p.forward))
-        return InferenceRuntime(forward, p.epilogue, p.dead_ends)
+        return InferenceRuntime(forward, p.epilogue.written_in_graph(forward.input_writes), p.dead_ends)
     fw_compiler = _without_autocast_compiler(options.fw_compiler)
     bw_compiler = _without_autocast_compiler(options.bw_compiler or options.fw_compiler)
     log_graph("forward", p.forward, record.origin)
@@ -256,7 +257,7 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
                        saved_outputs=p.saved_outputs,
                        repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs),
                        **_own_counter_results(p.forward, p.backward, p.num_forward_outputs, p.epilogue))
-    runtime = TrainingRuntime(plan, p.epilogue, enable_grad=p.enable_grad)
+    runtime = TrainingRuntime(plan, p.epilogue.written_in_graph(forward.input_writes), enable_grad=p.enable_grad)
     if p.inner_leaves:
         runtime = WithInnerLeaves(runtime, p.inner_leaves)
     if p.made_to_require_grad:
@@ -307,8 +308,22 @@ def _without_autocast_compiler(compiler: Callable) -> Callable:
     def compile_graph(gm, example_inputs):
         with torch._C._DisableAutocast() if torch._C._is_any_autocast_enabled() else contextlib.nullcontext():
             compiled = compiler(gm, example_inputs)
-        return without_autocast(compiled)
+        wrapped = without_autocast(compiled)
+        wrapped.input_writes = getattr(compiled, "input_writes", ())  # (_writable_in_graph)
+        return wrapped
     return compile_graph
+
+
+def _writable_in_graph(forward: fx.GraphModule, epilogue: Epilogue) -> tuple[tuple[int, int], ...]:
+    """(input index, output slot) of the write-backs the forward's compiler may do inside the
+    graph, set as `forward.meta["quiet_writes"]`: those hidden from autograd (BatchNorm's
+    running statistics; Epilogue.writable_in_graph) into inputs that do not require grad. A
+    compiler that does them marks its compiled graph `input_writes` (the slots, where it
+    returns None), and the epilogue keeps only their version bumps (Epilogue.written_in_graph);
+    any other compiler leaves them to the epilogue."""
+    vals = _placeholder_vals(forward)
+    return tuple((i, slot) for i, slot in epilogue.writable_in_graph()
+                 if i < len(vals) and isinstance(vals[i], torch.Tensor) and not vals[i].requires_grad)
 
 
 def _logging_variants(compiler: Callable, backward: fx.GraphModule, origin: Origin) -> Callable:

@@ -123,6 +123,95 @@ def test_aotgrad_inductor_batch_norm_updates_running_stats():
     assert_training_matches_eager(model, (torch.randn(2, 4, 3, 3),), "aotgrad_inductor", steps=1, tol=1e-4)
 
 
+def _recording_in_graph_writes(monkeypatch) -> list:
+    """The slots each aotgrad_inductor forward compile wrote into its inputs inside the graph."""
+    from aotgrad import backends
+
+    written, write = [], backends._write_inputs_in_graph
+    monkeypatch.setattr(backends, "_write_inputs_in_graph", lambda gm: written.append(write(gm)) or written[-1])
+    return written
+
+
+def _versions(module: nn.Module) -> dict:
+    return {name: b._version for name, b in module.named_buffers()}
+
+
+def test_batch_norm_statistics_are_written_inside_inductors_graph_with_eagers_versions(monkeypatch):
+    """Three BatchNorms' running mean, variance and count (9 hidden write-backs): Inductor's
+    forward writes each into the buffer itself (a `copy_` into the input, as under PyTorch's
+    AOTAutograd) instead of returning it for the epilogue to copy; values and version counters
+    after two steps as eager's (the count's version bumps, the mean's and variance's do not)."""
+    written = _recording_in_graph_writes(monkeypatch)
+    model, inputs = _conv_inputs()
+    model.extra = nn.BatchNorm2d(3)
+    model.forward = lambda images, m=model, f=model.forward: f(m.extra(images))
+    eager, twin = copy.deepcopy(model), copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="aotgrad_inductor")
+    for _ in range(2):
+        _loss(eager(*inputs)).backward()
+        _loss(compiled(*inputs)).backward()
+    assert [len(w) for w in written] == [9], written
+    assert _versions(twin) == _versions(eager)
+    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
+        assert_close_to_scale(c, b, 1e-4, name)
+
+
+def test_an_input_written_inside_the_graph_is_read_before_the_write():
+    """`y = x * (buf + 0)`, then `buf += 1` under no_grad: the backward needs the old `buf`
+    (saved as a copy, made before the in-graph write); grads, buf and its version as eager's,
+    also with the output returning a view of buf (the epilogue's general path, not the
+    generated straight one)."""
+    def step(x, buf):
+        y = x * (buf + 0)
+        with torch.no_grad():
+            buf.add_(1)
+        return (y * y).sum(), buf[:2]
+
+    x, buf = torch.randn(4, requires_grad=True), torch.randn(4)
+    x2, buf2 = x.detach().clone().requires_grad_(), buf.clone()
+    loss, view = step(x, buf)
+    loss.backward()
+    loss2, view2 = torch.compile(step, backend="aotgrad_inductor")(x2, buf2)
+    loss2.backward()
+    torch.testing.assert_close(x2.grad, x.grad)
+    assert torch.equal(buf2, buf) and buf2._version == buf._version
+    assert torch.equal(view2, view) and view2._base is buf2
+
+
+def test_batch_norm_under_no_grad_writes_its_statistics_inside_the_graph(monkeypatch):
+    """A BatchNorm in training mode called under no_grad (the inference runtime): its
+    statistics are written inside Inductor's graph too, as eager's."""
+    written = _recording_in_graph_writes(monkeypatch)
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    twin = copy.deepcopy(eager)
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        expected, actual = eager(x), torch.compile(twin, backend="aotgrad_inductor")(x)
+    assert [len(w) for w in written] == [3], written
+    assert_close_to_scale(actual, expected, 1e-4, "output")
+    assert _versions(twin) == _versions(eager)
+    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
+        assert_close_to_scale(c, b, 1e-4, name)
+
+
+def test_under_cuda_graphs_the_epilogue_writes_the_statistics(monkeypatch):
+    """With `triton.cudagraphs` on, Inductor does not record a graph that writes an input it
+    copies in: the statistics stay the epilogue's to write (values and versions as eager's)."""
+    written = _recording_in_graph_writes(monkeypatch)
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(twin, backend="aotgrad_inductor", options={"triton.cudagraphs": True})
+    x = torch.randn(2, 3, 6, 6)
+    eager(x).sum().backward()
+    compiled(x).sum().backward()
+    assert written == []
+    assert _versions(twin) == _versions(eager)
+    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
+        assert_close_to_scale(c, b, 1e-4, name)
+
+
 def test_backward_is_compiled_for_the_saved_layout_the_forward_returns():
     # The forward's compile records each saved value's real strides; the backward's
     # placeholder for that value is compiled with them (at the first backward).

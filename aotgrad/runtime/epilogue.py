@@ -26,12 +26,14 @@ class WriteBack:
     visible_to_autograd: bool
     bumps_version: bool = True  # False: written as eager did, through `.data` (no version bump)
     after_metadata: bool = False  # written after the input's metadata replay (its storage grew)
+    in_graph: bool = False  # the compiled graph wrote it (Epilogue.written_in_graph): only the version bump is left
 
     @property
     def quiet(self) -> bool:
         """Hidden from autograd and bumping the version: BatchNorm's running statistics.
-        The epilogue writes all of these in one `_foreach_copy_` under one no_grad."""
-        return not self.visible_to_autograd and self.bumps_version and not self.after_metadata
+        The epilogue writes all of these in one `_foreach_copy_` under one no_grad, unless the
+        compiled graph wrote them itself."""
+        return not self.visible_to_autograd and self.bumps_version and not self.after_metadata and not self.in_graph
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> None:
         new = outs[self.slot]
@@ -220,8 +222,29 @@ class Epilogue:
     def __post_init__(self):
         # (input index, slot) of the quiet write-backs, run together; the others one by one
         self._quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
-        self._loud = [w for w in self.write_backs if not w.quiet and not w.after_metadata]
+        self._bumped = [w.input_index for w in self.write_backs if w.in_graph and w.bumps_version]
+        self._loud = [w for w in self.write_backs if not w.quiet and not w.after_metadata and not w.in_graph]
         self._late = [w for w in self.write_backs if w.after_metadata]
+
+    def written_in_graph(self, slots) -> "Epilogue":
+        """This epilogue for a compiled forward that writes the write-backs at `slots` into its
+        inputs itself (and returns None there): those keep only their version bump, one per
+        input as the `_foreach_copy_` gives (a graph compiler's kernels write memory without
+        one), or none where eager wrote without one (BatchNorm's running mean and variance)."""
+        slots = set(slots)
+        if not slots:
+            return self
+        writable = {slot for _, slot in self.writable_in_graph()}
+        assert slots <= writable, f"write-backs {sorted(slots - writable)} cannot move into a graph"
+        return dataclasses.replace(self, write_backs=[dataclasses.replace(w, in_graph=True) if w.slot in slots else w
+                                                      for w in self.write_backs])
+
+    def writable_in_graph(self) -> tuple[tuple[int, int], ...]:
+        """(input index, forward output slot) of the write-backs a graph compiler may do inside
+        the forward graph (a `copy_` into the input): those hidden from autograd and not tied
+        to a metadata replay (BatchNorm's running statistics)."""
+        return tuple((w.input_index, w.slot) for w in self.write_backs
+                     if not w.visible_to_autograd and not w.after_metadata and not w.in_graph)
 
     @staticmethod
     def plan(analysis: ForwardAnalysis, grad_mode_before: bool, grad_mode_after: bool,
@@ -262,6 +285,8 @@ class Epilogue:
         if self._quiet:
             with torch.no_grad():  # distinct inputs (aliased ones share one base): order is free
                 torch._foreach_copy_([inputs[i] for i, _ in self._quiet], [outs[k] for _, k in self._quiet])
+        if self._bumped:
+            torch.autograd.graph.increment_version([inputs[i] for i in self._bumped])
         for step in self._loud:
             step.run(inputs, outs)
         for m in metadata:

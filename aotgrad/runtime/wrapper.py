@@ -286,8 +286,12 @@ def _epilogue(code: Code, epilogue, args: list[str]) -> None:
         sources = ", ".join(f"outs[{k}]" for _, k in quiet)
         code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # written back: not seen by autograd")
         code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
+    bumped = [args[w.input_index] for w in epilogue.write_backs if w.in_graph and w.bumps_version]
+    if bumped:
+        code(f"    {code.const(torch.autograd.graph.increment_version, 'increment_version')}([{', '.join(bumped)}])"
+             "  # written inside the graph: their version bumps")
     for w in epilogue.write_backs:
-        if not w.quiet:
+        if not w.quiet and not w.in_graph:
             code(f"    {code.const(w)}.run([{', '.join(args)}], outs)  # write back input {w.input_index}")
     for j in epilogue.leaf_outputs:
         code(f"    outs[{j}].requires_grad_(True)  # a leaf made inside the function")
