@@ -137,8 +137,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patche
 
 
 def _write_inputs_in_graph(gm: fx.GraphModule) -> tuple[int, ...]:
-    """The quiet write-backs the pipeline allows (`gm.meta["quiet_writes"]`: BatchNorm's
-    running statistics) done inside the graph, in place: a `copy_` of the new value into the
+    """The write-backs hidden from autograd that the pipeline allows (`gm.meta["writable_in_graph"]`:
+    BatchNorm's running statistics) done inside the graph, in place: a `copy_` of the new value into the
     input before the output, and None returned in its place. Inductor then writes the input's
     memory from its own kernels, as it does under PyTorch's AOTAutograd; returned, each value
     was a buffer of its own, a Function output and a `copy_` in the epilogue (MobileNetV2's 52
@@ -149,7 +149,7 @@ def _write_inputs_in_graph(gm: fx.GraphModule) -> tuple[int, ...]:
         before: new = add(mul(primals_3, 0.9), ...); return (loss, new, ...)
         after:  new = ...; copy_ = copy_(primals_3, new); return (loss, None, ...)
     """
-    writes = gm.meta.get("quiet_writes", ())
+    writes = gm.meta.get("writable_in_graph", ())
     if not writes:
         return ()
     placeholders = gm.graph.find_nodes(op="placeholder")

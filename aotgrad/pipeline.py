@@ -232,7 +232,7 @@ def instantiate(p: Partitioned, options: Options, phases: Phases) -> Callable:
     record = phases.record
     record.forward, record.backward, record.epilogue = p.forward, p.backward, p.epilogue
     record.tangent_sources, record.grad_inputs = p.tangent_sources, p.grad_inputs
-    p.forward.meta["quiet_writes"] = _writable_in_graph(p.forward, p.epilogue)
+    p.forward.meta["writable_in_graph"] = _writable_in_graph(p.forward, p.epilogue)
     if p.backward is None:
         compiler = _without_autocast_compiler(options.inference_compiler or options.fw_compiler)
         log_graph("inference", p.forward, record.origin)
@@ -316,7 +316,7 @@ def _without_autocast_compiler(compiler: Callable) -> Callable:
 
 def _writable_in_graph(forward: fx.GraphModule, epilogue: Epilogue) -> tuple[tuple[int, int], ...]:
     """(input index, output slot) of the write-backs the forward's compiler may do inside the
-    graph, set as `forward.meta["quiet_writes"]`: those hidden from autograd (BatchNorm's
+    graph, set as `forward.meta["writable_in_graph"]`: those hidden from autograd (BatchNorm's
     running statistics; Epilogue.writable_in_graph) into inputs that do not require grad. A
     compiler that does them marks its compiled graph `input_writes` (the slots, where it
     returns None), and the epilogue keeps only their version bumps (Epilogue.written_in_graph);
