@@ -154,7 +154,7 @@ def _write_inputs_in_graph(gm: fx.GraphModule) -> tuple[int, ...]:
         return ()
     placeholders = gm.graph.find_nodes(op="placeholder")
     output = gm.graph.find_nodes(op="output")[0]
-    outs = list(output.args[0])
+    outs = _output_nodes(gm)
     written = []
     with gm.graph.inserting_before(output):
         for i, slot in writes:
