@@ -359,6 +359,7 @@ def aotgrad_inductor_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], 
 
 def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any], inputs_guarded: bool = False,
                             patches: dict | None = None):
+    import torch._inductor.lowering  # noqa: F401  (Inductor's max-pool decomposition reads it, unimported)
     from torch._inductor.decomposition import select_decomp_table
 
     compilers = InductorCompilers(patches)

@@ -6,6 +6,10 @@ runs two training steps (the second one uses the cached compiled graphs)."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -533,3 +537,27 @@ def test_the_graphs_aotgrad_keeps_are_as_partitioned_not_as_inductor_rewrote_the
     for gm in (records[0].forward, records[0].backward):
         targets = {node.target for node in gm.graph.nodes}
         assert torch.ops.aten.view.default in targets and torch.ops.aten.reshape.default not in targets, gm.code
+
+
+_MAX_POOL_FIRST = """
+import sys, torch, aotgrad
+assert "torch._inductor.lowering" not in sys.modules  # else this process cannot show the failure
+pool = torch.nn.MaxPool2d(3, 2, 1)
+x = torch.randn(1, 3, 8, 8, requires_grad=True)
+x2 = x.detach().clone().requires_grad_()
+torch.compile(pool, backend="aotgrad_inductor")(x).sum().backward()
+pool(x2).sum().backward()
+assert torch.equal(x.grad, x2.grad)
+print("ok")
+"""
+
+
+def test_max_pool_compiles_in_a_fresh_process():
+    """Inductor's max-pool decomposition reads `torch._inductor.lowering`, which nothing had
+    imported when aotgrad_inductor was a process's first compile (timm's ResNet-18 failed with
+    "module 'torch._inductor' has no attribute 'lowering'"); the backend imports it."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    done = subprocess.run([sys.executable, "-c", _MAX_POOL_FIRST], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
