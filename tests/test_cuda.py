@@ -98,13 +98,18 @@ def _gpt_inputs():
 
 
 def _train_and_compare(model: nn.Module, make_inputs, backend: str, *, tol: float, steps: int = 2,
-                       autocast: bool = False, fresh_grads: bool = False, **compile_kwargs) -> None:
+                       autocast: bool = False, fresh_grads: bool = False, buffers: bool = False,
+                       **compile_kwargs) -> None:
     """`steps` forward+backward steps eager and through torch.compile(backend), grads
     accumulating (the second step runs the cached graphs); compares every step's output and
     then every parameter's grad. `autocast`: forwards run under autocast to bfloat16.
+    `buffers`: also every buffer (BatchNorm's running statistics) and its version counter.
     `compile_kwargs`: torch.compile's `mode=` or `options=`."""
     eager = model.to(DEVICE)
     twin = copy.deepcopy(eager)
+    # deepcopy gives the twin's tensors a version of their own (`set_` bumps it): buffers
+    # are compared by how far each step moved their version
+    start = [(b._version, c._version) for b, c in zip(eager.buffers(), twin.buffers())]
     compiled = torch.compile(twin, backend=backend, fullgraph=True, **compile_kwargs)
     region = (lambda: torch.autocast(DEVICE, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     for step in range(steps):
@@ -122,6 +127,10 @@ def _train_and_compare(model: nn.Module, make_inputs, backend: str, *, tol: floa
     for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
         assert q.grad is not None, name
         assert_close_to_scale(q.grad, p.grad, tol, f"{name}.grad")
+    if buffers:
+        for (name, b), c, (b0, c0) in zip(eager.named_buffers(), twin.buffers(), start):
+            assert c._version - c0 == b._version - b0, (name, c._version - c0, b._version - b0)
+            assert_close_to_scale(c, b, tol, name)
 
 
 # -- aot_function on CUDA tensors --------------------------------------------------
@@ -217,6 +226,33 @@ class AutocastInside(nn.Module):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_autocast_region_inside_the_compiled_forward(backend):
     _train_and_compare(AutocastInside(), lambda: (torch.randn(32, 64, device=DEVICE),), backend, tol=5e-2)
+
+
+# -- BatchNorm: running statistics written inside Inductor's graph ----------------------
+
+class ConvBN(nn.Module):
+    """Two convolution + BatchNorm + ReLU layers and a pooled linear head; each BatchNorm's running
+    mean, variance and count are hidden input writes (in training mode). The convolutions have
+    no bias: a bias before a BatchNorm gets a gradient of rounding errors alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                                 nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(self.net(x).mean((2, 3)))
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_batch_norm_statistics_on_cuda_match_eager(mode):
+    """Under aotgrad_inductor the statistics are written inside Inductor's forward (a `copy_`
+    into the buffer), except under CUDA graphs (reduce-overhead), where the epilogue writes them.
+    Three steps: outputs, grads, running statistics and their version counters as eager's."""
+    torch.manual_seed(0)
+    _train_and_compare(ConvBN(), lambda: (torch.randn(8, 3, 16, 16, device=DEVICE),), "aotgrad_inductor",
+                       tol=1e-3, steps=3, fresh_grads=True, mode=mode, buffers=True)
 
 
 # -- compiled autograd -----------------------------------------------------------------
