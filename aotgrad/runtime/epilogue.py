@@ -35,6 +35,14 @@ class WriteBack:
         compiled graph wrote them itself."""
         return not self.visible_to_autograd and self.bumps_version and not self.after_metadata and not self.in_graph
 
+    @property
+    def unversioned(self) -> bool:
+        """Hidden from autograd and bumping no version: BatchNorm's running mean and variance,
+        which eager writes below autograd. The epilogue writes all of these in one
+        `_foreach_copy_` into their `.data` (whose version counter is their own), unless the
+        compiled graph wrote them itself."""
+        return not self.visible_to_autograd and not self.bumps_version and not self.after_metadata and not self.in_graph
+
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> None:
         new = outs[self.slot]
         target = inputs[self.input_index]
@@ -222,8 +230,10 @@ class Epilogue:
     def __post_init__(self):
         # (input index, slot) of the quiet write-backs, run together; the others one by one
         self._quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
+        self._unversioned = [(w.input_index, w.slot) for w in self.write_backs if w.unversioned]
         self._bumped = [w.input_index for w in self.write_backs if w.in_graph and w.bumps_version]
-        self._loud = [w for w in self.write_backs if not w.quiet and not w.after_metadata and not w.in_graph]
+        self._loud = [w for w in self.write_backs
+                      if not (w.quiet or w.unversioned or w.after_metadata or w.in_graph)]
         self._late = [w for w in self.write_backs if w.after_metadata]
 
     def written_in_graph(self, slots) -> "Epilogue":
@@ -285,6 +295,10 @@ class Epilogue:
         if self._quiet:
             with torch.no_grad():  # distinct inputs (aliased ones share one base): order is free
                 torch._foreach_copy_([inputs[i] for i, _ in self._quiet], [outs[k] for _, k in self._quiet])
+        if self._unversioned:
+            with torch.no_grad():
+                torch._foreach_copy_([inputs[i].data for i, _ in self._unversioned],
+                                     [outs[k] for _, k in self._unversioned])
         if self._bumped:
             torch.autograd.graph.increment_version([inputs[i] for i in self._bumped])
         for step in self._loud:

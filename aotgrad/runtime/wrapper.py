@@ -286,13 +286,21 @@ def _epilogue(code: Code, epilogue, args: list[str]) -> None:
         sources = ", ".join(f"outs[{k}]" for _, k in quiet)
         code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # written back: not seen by autograd")
         code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
+    unversioned = [(w.input_index, w.slot) for w in epilogue.write_backs if w.unversioned]
+    if unversioned:
+        targets = ", ".join(f"{args[i]}.data" for i, _ in unversioned)
+        sources = ", ".join(f"outs[{k}]" for _, k in unversioned)
+        code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # written as eager does: no version bump")
+        code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
     bumped = [args[w.input_index] for w in epilogue.write_backs if w.in_graph and w.bumps_version]
     if bumped:
         code(f"    {code.const(torch.autograd.graph.increment_version, 'increment_version')}([{', '.join(bumped)}])"
              "  # written inside the graph: their version bumps")
-    for w in epilogue.write_backs:
-        if not w.quiet and not w.in_graph:
-            code(f"    {code.const(w)}.run([{', '.join(args)}], outs)  # write back input {w.input_index}")
+    loud = [w for w in epilogue.write_backs if not (w.quiet or w.unversioned or w.in_graph)]
+    if loud:
+        code(f"    inputs = [{', '.join(args)}]")
+    for w in loud:
+        code(f"    {code.const(w)}.run(inputs, outs)  # write back input {w.input_index}")
     for j in epilogue.leaf_outputs:
         code(f"    outs[{j}].requires_grad_(True)  # a leaf made inside the function")
     values = [f"outs[{o.index}]" if o.kind is OutputKind.FRESH else args[o.index] for o in epilogue.outputs]

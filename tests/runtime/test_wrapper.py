@@ -51,6 +51,39 @@ def test_a_batchnorm_write_back_is_one_foreach_copy_and_matches_eager():
         torch.testing.assert_close(a.grad, b.grad)
 
 
+class _BatchNormAndInputView(torch.nn.Module):
+    """Two BatchNorms; `view=True` also returns a view of the input, which makes the call's
+    epilogue the general one (Epilogue.run) instead of the generated straight code."""
+
+    def __init__(self, view: bool):
+        super().__init__()
+        self.view = view
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4))
+
+    def forward(self, x):
+        out = self.net(x).sum()
+        return (out, x.view(-1)) if self.view else out
+
+
+@pytest.mark.parametrize("view", [False, True], ids=["generated", "general"])
+def test_batchnorm_statistics_keep_eagers_versions(view):
+    """The running mean and variance, which eager writes without a version bump, are written
+    in one `_foreach_copy_` into their `.data`; the count, bumped, in another. Three steps:
+    values, and how far each buffer's version moved, as eager's."""
+    torch.manual_seed(0)
+    model = _BatchNormAndInputView(view)
+    eager_model = __import__("copy").deepcopy(model)
+    start = [(a._version, b._version) for a, b in zip(model.buffers(), eager_model.buffers())]
+    compiled = torch.compile(model, backend="aotgrad")
+    for _ in range(3):
+        x = torch.randn(8, 3)
+        (compiled(x)[0] if view else compiled(x)).backward()
+        (eager_model(x)[0] if view else eager_model(x)).backward()
+    for (name, a), b, (a0, b0) in zip(model.named_buffers(), eager_model.buffers(), start):
+        torch.testing.assert_close(a, b, msg=name)
+        assert a._version - a0 == b._version - b0, (name, a._version - a0, b._version - b0)
+
+
 def test_batchnorm_wrapper_source_writes_back_in_one_call():
     model = torch.nn.BatchNorm1d(4)
     compiled = aotgrad.aot_module(model, aotgrad.nop)
