@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import typing
 from typing import Any, Callable, Sequence
 
@@ -127,7 +126,6 @@ def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patche
         written = () if is_backward or inductor_config.triton.cudagraphs else _write_inputs_in_graph(gm)
         _use_inductor_random(gm, example_inputs)
         _attributes_in_one_order(gm)
-        _wait_for_inductor_probes()
         compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward,
                                     boxed_forward_device_index=device_index)
 
@@ -364,59 +362,12 @@ def _aotgrad_inductor_whole(gm: fx.GraphModule, example_inputs: Sequence[Any], i
     import torch._inductor.lowering  # noqa: F401  (Inductor's max-pool decomposition reads it, unimported)
     from torch._inductor.decomposition import select_decomp_table
 
-    _start_inductor_probes(patches)
-
     compilers = InductorCompilers(patches)
     return aot_module_simplified(gm, example_inputs, fw_compiler=compilers.forward,
                                  bw_compiler=compilers.backward, inference_compiler=compilers.inference,
                                  partition_fn=_InductorJointPasses(_partitioner("min_cut"), patches),
                                  decompositions=select_decomp_table(),
                                  inputs_guarded=inputs_guarded)
-
-
-_probes = threading.Lock()
-_probes_started = False
-_probe_thread: threading.Thread | None = None
-
-
-def _start_inductor_probes(patches: dict | None) -> None:
-    """Start, on a thread, two facts Inductor works out once per process when it first
-    needs them, at aotgrad_inductor's first compile: the hash of torch's sources that its
-    cache keys carry (`torch_key`, ~0.2 s) and, on a machine without CUDA, the CPU's vector
-    instruction sets (`valid_vec_isa_list`, which builds and loads a test program per
-    candidate in subprocesses: ~1.3 s here, cached or not). Inductor asks for both at its
-    first graph, after aotgrad's trace and partition (cold) or cache lookup (warm); on the
-    thread they overlap them. Both are cached per process, so the answers are those Inductor
-    would have found; the instruction sets are left to Inductor when the compile's options
-    touch its C++ settings (`cpp.vec_isa_ok`, `cpp.simdlen` read at probe time). Each
-    compile waits for the thread before it calls Inductor (_wait_for_inductor_probes): the
-    instruction sets' cache is not shared with a second caller while it is being filled."""
-    global _probes_started, _probe_thread
-    with _probes:
-        if _probes_started:
-            return
-        _probes_started = True
-    from torch._inductor import codecache, config as inductor_config
-    from torch._inductor import cpu_vec_isa
-
-    probe_isa = (not torch.cuda.is_available() and inductor_config.cpp.vec_isa_ok is None
-                 and not any(k.startswith("cpp.") for k in (patches or {})))
-
-    def probe() -> None:
-        try:
-            codecache.torch_key()
-            if probe_isa:
-                cpu_vec_isa.valid_vec_isa_list()
-        except Exception:  # Inductor asks again when it needs them, and reports what fails
-            pass
-    _probe_thread = threading.Thread(target=probe, name="aotgrad inductor probes", daemon=True)
-    _probe_thread.start()
-
-
-def _wait_for_inductor_probes() -> None:
-    thread = _probe_thread
-    if thread is not None and thread is not threading.current_thread():
-        thread.join()
 
 
 def register() -> None:

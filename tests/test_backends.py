@@ -561,31 +561,3 @@ def test_max_pool_compiles_in_a_fresh_process():
     done = subprocess.run([sys.executable, "-c", _MAX_POOL_FIRST], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
-
-
-_PROBES = """
-import threading, torch, aotgrad
-from aotgrad import backends
-from torch._inductor.cpu_vec_isa import valid_vec_isa_list
-assert backends._probe_thread is None and valid_vec_isa_list.cache_info().currsize == 0  # import: nothing
-linear = torch.nn.Linear(4, 3)
-x = torch.randn(2, 4)
-torch.compile(linear, backend="aotgrad")(x).sum().backward()
-assert backends._probe_thread is None  # the aotgrad backend: nothing either
-out = torch.compile(linear, backend="aotgrad_inductor")(x)
-assert backends._probe_thread is not None and not backends._probe_thread.is_alive()
-assert valid_vec_isa_list.cache_info().currsize == 1
-torch.testing.assert_close(out, linear(x))
-print("ok")
-"""
-
-
-def test_inductors_probes_start_at_the_first_aotgrad_inductor_compile():
-    """Inductor's per-process probes (torch's source hash, the CPU's vector instruction sets)
-    start on a thread at aotgrad_inductor's first compile, not at import or under another
-    backend, and are done before Inductor is called."""
-    repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(repo), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
-    done = subprocess.run([sys.executable, "-c", _PROBES], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
