@@ -228,7 +228,8 @@ class Epilogue:
     metadata: list[ReplayMetadata] = field(default_factory=list)  # inputs' metadata, around the write-backs
 
     def __post_init__(self):
-        # (input index, slot) of the quiet write-backs, run together; the others one by one
+        # (input index, slot) of the quiet and of the unversioned write-backs, each kind run
+        # together; the others one by one
         self._quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
         self._unversioned = [(w.input_index, w.slot) for w in self.write_backs if w.unversioned]
         self._bumped = [w.input_index for w in self.write_backs if w.in_graph and w.bumps_version]

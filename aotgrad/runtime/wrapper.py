@@ -280,18 +280,10 @@ def _epilogue(code: Code, epilogue, args: list[str]) -> None:
     if not simple:
         code(f"    return_values = {code.const(epilogue, 'epilogue')}.run([{', '.join(args)}], outs)")
         return
-    quiet = [(w.input_index, w.slot) for w in epilogue.write_backs if w.quiet]
-    if quiet:
-        targets = ", ".join(args[i] for i, _ in quiet)
-        sources = ", ".join(f"outs[{k}]" for _, k in quiet)
-        code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # written back: not seen by autograd")
-        code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
-    unversioned = [(w.input_index, w.slot) for w in epilogue.write_backs if w.unversioned]
-    if unversioned:
-        targets = ", ".join(f"{args[i]}.data" for i, _ in unversioned)
-        sources = ", ".join(f"outs[{k}]" for _, k in unversioned)
-        code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # written as eager does: no version bump")
-        code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
+    _write_together(code, [(args[w.input_index], w.slot) for w in epilogue.write_backs if w.quiet],
+                    "written back: not seen by autograd")
+    _write_together(code, [(f"{args[w.input_index]}.data", w.slot) for w in epilogue.write_backs if w.unversioned],
+                    "written as eager does: no version bump")
     bumped = [args[w.input_index] for w in epilogue.write_backs if w.in_graph and w.bumps_version]
     if bumped:
         code(f"    {code.const(torch.autograd.graph.increment_version, 'increment_version')}([{', '.join(bumped)}])"
@@ -305,6 +297,15 @@ def _epilogue(code: Code, epilogue, args: list[str]) -> None:
         code(f"    outs[{j}].requires_grad_(True)  # a leaf made inside the function")
     values = [f"outs[{o.index}]" if o.kind is OutputKind.FRESH else args[o.index] for o in epilogue.outputs]
     code(f"    return_values = [{', '.join(values)}]")
+
+
+def _write_together(code: Code, writes: list[tuple[str, int]], comment: str) -> None:
+    """One `_foreach_copy_` under no_grad of (target expression, forward output slot) pairs."""
+    if writes:
+        targets = ", ".join(target for target, _ in writes)
+        sources = ", ".join(f"outs[{k}]" for _, k in writes)
+        code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # {comment}")
+        code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
 
 
 def _unflatten(code: Code, out_spec: Any) -> None:
