@@ -4,7 +4,10 @@ how far that is from the exact optimum of the same problem.
     python benchmarks/memory.py                      # every model, markdown to stdout
     python benchmarks/memory.py --models mlp,gpt2 --plots docs/images
 
-For each model the joint graph is traced once by aotgrad; then, on that same graph:
+For each model the joint graph is traced once by aotgrad and its forward's repeated
+computations merged (partition/repeated.py, as aotgrad's min-cut does first and PyTorch's
+partitioner does with its own pass; scored on the unmerged graph, a value the backward reads
+through a merged twin would count as recomputed); then, on that same graph:
     default            aotgrad's default partition (save what the backward reads)
     aotgrad min-cut    aotgrad.min_cut_rematerialization_partition, budgets 1.0, 0.5, 0.25
     PyTorch min-cut    torch._functorch.partitioners.min_cut_rematerialization_partition,
@@ -40,6 +43,7 @@ from aotgrad.partition import min_cut  # noqa: E402
 from aotgrad.partition.graphs import split_joint  # noqa: E402
 from aotgrad.partition.optimal import solve_optimum  # noqa: E402
 from aotgrad.partition.peak import backward_peak_bytes  # noqa: E402
+from aotgrad.partition.repeated import merge_repeated  # noqa: E402
 
 BUDGETS = (1.0, 0.5, 0.25)
 
@@ -287,6 +291,8 @@ def benchmark(name: str, iters: int, ilp_limit: float) -> ModelReport:
     torch.manual_seed(0)
     model, inputs = make()
     joint = trace_joint(model, inputs)
+    merged, _ = merge_repeated(joint.gm, joint.num_fwd_outputs)
+    joint = Joint(merged, joint.inputs, joint.num_fwd_outputs)
     report = ModelReport(name, text, len(joint.gm.graph.nodes))
     _, _, expected = run_for_real(model, inputs, None, 1)
     configs = [("default", aotgrad.default_partition)]
