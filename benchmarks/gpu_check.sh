@@ -62,7 +62,9 @@ print('aotgrad from', aotgrad.__file__)"
 for name in "$@"; do
     case "$name" in
     tests)  # -rs prints the reason of any skip (on a machine without a usable GPU every test skips)
-        step test_cuda 360 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_cuda.py ;;
+        # (three xdist workers where pytest-xdist is installed: 82 s on an H200 with torch 2.11)
+        workers=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 3")
+        step test_cuda 360 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu $workers tests/test_cuda.py ;;
     demo)
         step demo 120 "$PY" -m aotgrad demo ;;
     ca)  # compiled autograd with Inductor against eager's backward, on the GPU
@@ -72,8 +74,9 @@ for name in "$@"; do
         step ddp_4 100 "$PY" benchmarks/ddp.py --ranks 4 --layers 8 --width 1024 --batch 64 --bucket-mb 4 --steps 10 --rounds 3 --timeout 95 ;;
     steps)  # inductor against aotgrad_inductor, training steps on the GPU
         step step_cuda 150 "$PY" benchmarks/compile_and_step.py --device cuda --models mlp,cnn,gpt --iters 20 --rounds 2 --warmup 2 --compile-repeats 1 --markdown ;;
-    zoo)  # issue 23: two transformers and two timm models in bf16 (a missing library: a skipped row); 209 s on an H100
-        step zoo_cuda 300 "$PY" benchmarks/zoo.py --device cuda --variant bf16 --backends inductor,aotgrad_inductor \
+    zoo)  # issue 23: two transformers and two timm models in bf16 (a missing library: a skipped row); 209 s on an
+        # H100 (session 16), ~300 s on an H200 (session 22: mobilenetv2's cold compiles are ~55 s each)
+        step zoo_cuda 360 "$PY" benchmarks/zoo.py --device cuda --variant bf16 --backends inductor,aotgrad_inductor \
             --models gpt2,bert,resnet18,mobilenetv2 --steps 3 --rounds 3 --iters 5 --markdown --json "$RESULTS/zoo_cuda.json" ;;
     profile)  # issue 23: why the CNNs' CUDA steps are slower under aotgrad_inductor
         step profile_resnet18 200 "$PY" benchmarks/zoo_profile.py --model resnet18 --device cuda --variant bf16 --python-top 30
