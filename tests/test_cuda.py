@@ -1,7 +1,9 @@
 """aotgrad on a CUDA device, compared with eager on the same device: functions through
 aot_function, an MLP and a small GPT through torch.compile(backend="aotgrad" / "aotgrad_inductor"),
-autocast to bfloat16, compiled autograd with the identity compiler and with Inductor, and dropout
-under aotgrad_inductor (the backward must use the mask the forward drew).
+autocast to bfloat16, BatchNorm's running statistics under aotgrad_inductor (written inside
+Inductor's graph; by the epilogue under CUDA graphs), compiled autograd with the identity compiler
+and with Inductor, and dropout under aotgrad_inductor (the backward must use the mask the forward
+drew).
 
 Marked `gpu` and skipped, with the reason printed, where torch.cuda.is_available() is False (the
 default CPU run). On a GPU machine: `python -m pytest -q -m gpu tests/test_cuda.py`, or
