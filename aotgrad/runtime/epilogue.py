@@ -228,14 +228,15 @@ class Epilogue:
     metadata: list[ReplayMetadata] = field(default_factory=list)  # inputs' metadata, around the write-backs
 
     def __post_init__(self):
-        # (input index, slot) of the quiet and of the unversioned write-backs, each kind run
-        # together; the others one by one
-        self._quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
-        self._unversioned = [(w.input_index, w.slot) for w in self.write_backs if w.unversioned]
-        self._bumped = [w.input_index for w in self.write_backs if w.in_graph and w.bumps_version]
-        self._loud = [w for w in self.write_backs
-                      if not (w.quiet or w.unversioned or w.after_metadata or w.in_graph)]
-        self._late = [w for w in self.write_backs if w.after_metadata]
+        # The write-backs by how they run (read by runtime/wrapper.py's generated epilogue too):
+        # (input index, slot) of the quiet and of the unversioned ones, each kind in one
+        # `_foreach_copy_`; the inputs written inside the graph whose version eager bumps; the
+        # others one by one, before (`loud`) or after (`late`) the metadata replay
+        self.quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
+        self.unversioned = [(w.input_index, w.slot) for w in self.write_backs if w.unversioned]
+        self.bumped = [w.input_index for w in self.write_backs if w.in_graph and w.bumps_version]
+        self.loud = [w for w in self.write_backs if not (w.quiet or w.unversioned or w.after_metadata or w.in_graph)]
+        self.late = [w for w in self.write_backs if w.after_metadata]
 
     def written_in_graph(self, slots) -> "Epilogue":
         """This epilogue for a compiled forward that writes the write-backs at `slots` into its
@@ -293,20 +294,20 @@ class Epilogue:
         metadata = [m.concrete(env) if m.symbolic else m for m in self.metadata] if self.metadata else ()
         for m in metadata:
             m.before_write(inputs)
-        if self._quiet:
+        if self.quiet:
             with torch.no_grad():  # distinct inputs (aliased ones share one base): order is free
-                torch._foreach_copy_([inputs[i] for i, _ in self._quiet], [outs[k] for _, k in self._quiet])
-        if self._unversioned:
+                torch._foreach_copy_([inputs[i] for i, _ in self.quiet], [outs[k] for _, k in self.quiet])
+        if self.unversioned:
             with torch.no_grad():
-                torch._foreach_copy_([inputs[i].data for i, _ in self._unversioned],
-                                     [outs[k] for _, k in self._unversioned])
-        if self._bumped:
-            torch.autograd.graph.increment_version([inputs[i] for i in self._bumped])
-        for step in self._loud:
+                torch._foreach_copy_([inputs[i].data for i, _ in self.unversioned],
+                                     [outs[k] for _, k in self.unversioned])
+        if self.bumped:
+            torch.autograd.graph.increment_version([inputs[i] for i in self.bumped])
+        for step in self.loud:
             step.run(inputs, outs)
         for m in metadata:
             m.after_write(inputs)
-        for step in self._late:
+        for step in self.late:
             step.run(inputs, outs)
         for j in self.leaf_outputs:
             outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)

@@ -280,18 +280,17 @@ def _epilogue(code: Code, epilogue, args: list[str]) -> None:
     if not simple:
         code(f"    return_values = {code.const(epilogue, 'epilogue')}.run([{', '.join(args)}], outs)")
         return
-    _write_together(code, [(args[w.input_index], w.slot) for w in epilogue.write_backs if w.quiet],
-                    "written back: not seen by autograd")
-    _write_together(code, [(f"{args[w.input_index]}.data", w.slot) for w in epilogue.write_backs if w.unversioned],
+    # (no write-back runs after a metadata replay here: a simple epilogue has no metadata steps)
+    _write_together(code, [(args[i], k) for i, k in epilogue.quiet], "written back: not seen by autograd")
+    _write_together(code, [(f"{args[i]}.data", k) for i, k in epilogue.unversioned],
                     "written as eager does: no version bump")
-    bumped = [args[w.input_index] for w in epilogue.write_backs if w.in_graph and w.bumps_version]
-    if bumped:
-        code(f"    {code.const(torch.autograd.graph.increment_version, 'increment_version')}([{', '.join(bumped)}])"
+    if epilogue.bumped:
+        bumped = ", ".join(args[i] for i in epilogue.bumped)
+        code(f"    {code.const(torch.autograd.graph.increment_version, 'increment_version')}([{bumped}])"
              "  # written inside the graph: their version bumps")
-    loud = [w for w in epilogue.write_backs if not (w.quiet or w.unversioned or w.in_graph)]
-    if loud:
+    if epilogue.loud:
         code(f"    inputs = [{', '.join(args)}]")
-    for w in loud:
+    for w in epilogue.loud:
         code(f"    {code.const(w)}.run(inputs, outs)  # write back input {w.input_index}")
     for j in epilogue.leaf_outputs:
         code(f"    outs[{j}].requires_grad_(True)  # a leaf made inside the function")
