@@ -140,6 +140,13 @@ def _versions(module: nn.Module) -> dict:
     return {name: b._version for name, b in module.named_buffers()}
 
 
+def _assert_buffers_as_eagers(twin: nn.Module, eager: nn.Module) -> None:
+    """Every buffer's version counter and value (to 1e-4 of its scale) as eager's."""
+    assert _versions(twin) == _versions(eager)
+    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
+        assert_close_to_scale(c, b, 1e-4, name)
+
+
 def test_batch_norm_statistics_are_written_inside_inductors_graph_with_eagers_versions(monkeypatch):
     """Three BatchNorms' running mean, variance and count (9 hidden write-backs): Inductor's
     forward writes each into the buffer itself (a `copy_` into the input, as under PyTorch's
@@ -155,9 +162,7 @@ def test_batch_norm_statistics_are_written_inside_inductors_graph_with_eagers_ve
         _loss(eager(*inputs)).backward()
         _loss(compiled(*inputs)).backward()
     assert [len(w) for w in written] == [9], written
-    assert _versions(twin) == _versions(eager)
-    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
-        assert_close_to_scale(c, b, 1e-4, name)
+    _assert_buffers_as_eagers(twin, eager)
 
 
 def test_an_input_written_inside_the_graph_is_read_before_the_write():
@@ -194,9 +199,7 @@ def test_batch_norm_under_no_grad_writes_its_statistics_inside_the_graph(monkeyp
         expected, actual = eager(x), torch.compile(twin, backend="aotgrad_inductor")(x)
     assert [len(w) for w in written] == [3], written
     assert_close_to_scale(actual, expected, 1e-4, "output")
-    assert _versions(twin) == _versions(eager)
-    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
-        assert_close_to_scale(c, b, 1e-4, name)
+    _assert_buffers_as_eagers(twin, eager)
 
 
 def test_under_cuda_graphs_the_epilogue_writes_the_statistics(monkeypatch):
@@ -211,9 +214,7 @@ def test_under_cuda_graphs_the_epilogue_writes_the_statistics(monkeypatch):
     eager(x).sum().backward()
     compiled(x).sum().backward()
     assert written == []
-    assert _versions(twin) == _versions(eager)
-    for (name, b), c in zip(eager.named_buffers(), twin.buffers()):
-        assert_close_to_scale(c, b, 1e-4, name)
+    _assert_buffers_as_eagers(twin, eager)
 
 
 def test_backward_is_compiled_for_the_saved_layout_the_forward_returns():
