@@ -355,7 +355,7 @@ class AotFunction:
             return leaves
 
         unique = [tensors[i] for i in keep]
-        load, store = self._disk_cache(key, out_spec)
+        load, store, entry = self._disk_cache(key, out_spec)
         cache = self.flat_cache if flat_call else self.cache
         if cache:  # a compile for inputs no entry fits: say what changed (TORCH_LOGS=recompiles)
             log_recompile(self.origin, lambda: _key_changes(next(reversed(cache)), key, self._tensor_key,
@@ -363,7 +363,8 @@ class AotFunction:
         self.origin = self.origin or origin_of(self.__name__, self.source)
         try:
             runtime, fw_gm, bw_gm, guard, record = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__,
-                                                        origin=self.origin, load=load, store=store)
+                                                        origin=self.origin, load=load, store=store,
+                                                        cache_key=entry)
             synthetic_base = None
         except MutatedAliasedInputsError as e:
             synthetic_base = SyntheticBase.of(unique, e.group, e)
@@ -381,13 +382,14 @@ class AotFunction:
                                   f"input {positions[i]}" for i in keep]
         return entry
 
-    def _disk_cache(self, key: tuple, out_spec: list) -> tuple[Callable | None, Callable | None]:
-        """compile_flat's `load` and `store` for this call's key, when the function is a graph
-        the disk cache can key (`disk_key`, set by aot_module_simplified); else (None, None)."""
+    def _disk_cache(self, key: tuple, out_spec: list) -> tuple[Callable | None, Callable | None, str | None]:
+        """compile_flat's `load`, `store` and `cache_key` for this call's key, when the function
+        is a graph the disk cache can key (`disk_key`, set by aot_module_simplified); else Nones
+        (and a `store` that says why nothing is stored)."""
         if self.disk_key is None:
-            return None, None
+            return None, None, None
         if isinstance(self.disk_key, disk_cache.NotKeyed):
-            return None, lambda partitioned: f"not stored: {self.disk_key}"
+            return None, lambda partitioned: f"not stored: {self.disk_key}", None
         entry = disk_cache.entry_key(self.disk_key, key)
 
         def load(fake_mode):
@@ -399,7 +401,7 @@ class AotFunction:
 
         def store(partitioned) -> str:
             return disk_cache.store(entry, partitioned, out_spec[0])
-        return load, store
+        return load, store, (str(entry) if entry.cacheable else None)
 
 
 def _wrapper_source(entry: _Entry) -> str:

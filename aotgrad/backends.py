@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
-from aotgrad import config
+from aotgrad import config, inductor_keys
 from aotgrad.analysis import known_equal
 from aotgrad.api import aot_module_simplified, nop
 from aotgrad.distributed.ddp import compile_in_ddp
@@ -111,23 +111,34 @@ def _hint(n) -> int | None:
     return n.node.hint if isinstance(n, torch.SymInt) else n
 
 
-def _compile(gm: fx.GraphModule, example_inputs: list, is_backward: bool, patches: dict | None = None,
+def _compile(gm: fx.GraphModule, example_inputs: list, role: str, patches: dict | None = None,
              device_index=None) -> Callable:
-    """`device_index`: Inductor's BoxedDeviceIndex shared by one forward and its backward
+    """`role`: "forward", "backward" or "inference" (keys the graph in inductor_keys.py);
+    `device_index`: Inductor's BoxedDeviceIndex shared by one forward and its backward
     (CUDA graphs, `mode="reduce-overhead"`: the backward joins the forward's graph tree)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
-    # (whether a saved value's fake requires grad depends on how the graph was made: traced,
-    # loaded from the disk cache, or cut into a variant; Inductor keys its cache on it)
-    example_inputs = [v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v for v in example_inputs]
-    gm = _inductors_copy(gm)
+    fx_kwargs = {"is_backward": role == "backward", "boxed_forward_device_index": device_index}
+    if role == "backward":  # (a variant's placeholders are some of the backward's)
+        role += " " + ",".join(str(n.target) for n in gm.graph.find_nodes(op="placeholder"))
     with inductor_config.patch(patches or {}):
-        written = () if is_backward or inductor_config.triton.cudagraphs else _write_inputs_in_graph(gm)
+        key = inductor_keys.key_for(gm, role, fx_kwargs)
+        stored = inductor_keys.known(key)
+        if stored is None:
+            # (whether a saved value's fake requires grad depends on how the graph was made: traced,
+            # loaded from the disk cache, or cut into a variant; Inductor keys its cache on it)
+            example_inputs = [v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v
+                              for v in example_inputs]
+        gm = _inductors_copy(gm, code_needed=stored is None)
+        written = () if fx_kwargs["is_backward"] or inductor_config.triton.cudagraphs else _write_inputs_in_graph(gm)
         _use_inductor_random(gm, example_inputs)
-        _attributes_in_one_order(gm)
-        compiled = compile_fx_inner(gm, example_inputs, is_backward=is_backward,
-                                    boxed_forward_device_index=device_index)
+        if stored is None:
+            _attributes_in_one_order(gm)
+        with inductor_keys.answering(gm, stored):
+            compiled = compile_fx_inner(gm, example_inputs, **fx_kwargs)
+        if stored is None:
+            inductor_keys.remember(key, compiled)
 
     def run(args: list):  # Inductor's compiled graphs take one list, which they clear
         return compiled(args)
@@ -173,17 +184,21 @@ def _write_inputs_in_graph(gm: fx.GraphModule) -> tuple[int, ...]:
     return tuple(written)
 
 
-def _inductors_copy(gm: fx.GraphModule) -> fx.GraphModule:
+def _inductors_copy(gm: fx.GraphModule, code_needed: bool = True) -> fx.GraphModule:
     """A copy of `gm` for Inductor, which rewrites the graph it compiles in place (its
     post-grad passes, on a cache miss only). aotgrad keeps the graph as partitioned: a
     backward variant is cut from it later, and Inductor keys the variant's compile on its
     code, which would then depend on whether this process compiled the backward or loaded
     it from Inductor's cache (gpt2: every first warm process compiled its variant again).
-    Nodes and their meta are copied shallowly; parameters and buffers are shared."""
+    Nodes and their meta are copied shallowly; parameters and buffers are shared. Without
+    `code_needed` (Inductor gets a stored key and hashes no code) the copy makes its code
+    only if something asks for it (half the copy's time)."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
     graph = fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
     graph.find_nodes(op="output")[0].meta.update(gm.graph.find_nodes(op="output")[0].meta)
-    copied = fx.GraphModule(gm, graph)
+    copied = (fx.GraphModule if code_needed else _LazyGraphModule)(gm, graph)
     copied.meta.update(gm.meta)
     return copied
 
@@ -295,7 +310,7 @@ class InductorCompilers:
         _keep_output_strides(gm, num_user)
         saved_vals = [node.meta.get("val") if isinstance(node, fx.Node) else None for node in outputs[num_user:]]
         with _reported_output_strides(example_inputs) as strides:
-            compiled = _compile(gm, list(example_inputs), is_backward=False, patches=self.patches,
+            compiled = _compile(gm, list(example_inputs), "forward", patches=self.patches,
                                 device_index=self.device_index)
         if len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
@@ -313,12 +328,12 @@ class InductorCompilers:
             recorded, stride = self.saved_strides.get(id(val), (None, None))
             if recorded is val and not known_equal(val.stride(), stride):
                 inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
-        return _compile(gm, inputs, is_backward=True, patches=self.patches, device_index=self.device_index)
+        return _compile(gm, inputs, "backward", patches=self.patches, device_index=self.device_index)
 
     def inference(self, gm: fx.GraphModule, example_inputs):
         _keep_output_strides(gm, len(_output_nodes(gm)))
-        return _compile(gm, list(example_inputs), is_backward=False, patches=self.patches,
-                                device_index=self.device_index)
+        return _compile(gm, list(example_inputs), "inference", patches=self.patches,
+                        device_index=self.device_index)
 
 
 def inductor_patches(mode: str | None, options: dict | None) -> dict:

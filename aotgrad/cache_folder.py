@@ -1,9 +1,10 @@
 """The disk cache's folder (`config.cache_dir`): who may write it, and its files.
 
-In: paths under the folder, from disk_cache.py (graph entries, `3f/3f9c...`) and generated.py
-(code objects, `code/3f/3f9c...`). Out: their bytes, read only where no one else could have
-written them; files written whole and private; the least recently used deleted past
-`config.cache_size_limit_mb`; `aotgrad cache info|clear` (`main`).
+In: paths under the folder, from disk_cache.py (graph entries, `3f/3f9c...`), generated.py
+(code objects, `code/3f/3f9c...`) and inductor_keys.py (Inductor's keys, `inductor/3f/...`).
+Out: their bytes, read only where no one else could have written them; files written whole
+and private; the least recently used deleted past `config.cache_size_limit_mb`;
+`aotgrad cache info|clear` (`main`).
 
 Entries are pickles, and loading a pickle runs what it names: whoever can write the folder
 could run code in every process that reads it. So, as ssh does for its keys, aotgrad reads a
@@ -31,6 +32,8 @@ _bytes_held: dict[str, int] = {}
 # Past the limit, eviction deletes down to this fraction of it, so the stores that follow do not
 # each count the folder again (0.2 s for 60k files on this project's machine).
 EVICT_TO = 0.9
+# Folders of other stores beside the graph entries: generated.py's code objects, inductor_keys.py's keys.
+SUBFOLDERS = ("code", "inductor")
 
 
 class NotPrivate(OSError):
@@ -150,7 +153,7 @@ def files() -> list[tuple[str, os.stat_result]]:
     """The folder's files, graph entries and code (not writers' temporary files), with their
     stat. Paths as str: a Path each would be most of the time (1.5 s for 86k files)."""
     cache, found = root(), []
-    for parent in (cache, cache / "code"):
+    for parent in (cache, *(cache / name for name in SUBFOLDERS)):
         for folder in _scan(parent):
             if len(folder.name) == 2 and folder.is_dir(follow_symlinks=False):
                 for file in _scan(folder.path):
@@ -218,13 +221,15 @@ def clear() -> int:
     removed = 0
     if cache is None or not cache.is_dir():
         return 0
-    code = cache / "code"  # generated.py's code objects, not counted
-    for folder in [*cache.iterdir(), *(code.iterdir() if code.is_dir() else ())]:
+    others = [cache / name for name in SUBFOLDERS]  # code objects and Inductor's keys, not counted
+    for folder in [*cache.iterdir(), *(f for other in others if other.is_dir() for f in other.iterdir())]:
         if folder.is_dir() and len(folder.name) == 2:
             for path in folder.iterdir():
                 remove_file(path)
                 if folder.parent == cache:
                     removed += 1
+        elif folder.is_file() and folder.parent in others:  # (inductor_keys.py's torch_key)
+            remove_file(folder)
     return removed
 
 
@@ -248,7 +253,8 @@ def main(argv: list[str]) -> int:
         return 0
     if action == "clear":
         count = len(files())
-        print(f"Deleted {clear()} entries ({count} files, generated code included) from {cache}.")
+        print(f"Deleted {clear()} entries ({count} files, generated code and Inductor's keys included) "
+              f"from {cache}.")
         return 0
     print("\n".join(info_lines(cache)))
     return 0
@@ -260,7 +266,7 @@ def info_lines(cache: Path) -> list[str]:
     entries = [path for path, _ in found if os.path.dirname(os.path.dirname(path)) == str(cache)]
     size = sum(stat.st_size for _, stat in found)
     limit = config.cache_size_limit_mb
-    folders = [cache, cache / "code", *sorted({Path(os.path.dirname(path)) for path, _ in found})]
+    folders = [cache, *(cache / name for name in SUBFOLDERS), *sorted({Path(os.path.dirname(path)) for path, _ in found})]
     problems = [(path, why) for path in folders if (why := problem(path)) is not None]
     problems += [(path, why) for path, stat in found if (why := problem(Path(path), stat)) is not None]
     lines = [f"disk cache folder: {cache}"]
@@ -271,7 +277,9 @@ def info_lines(cache: Path) -> list[str]:
                      f"of your own.")
     else:
         lines.append("private: yes (only you may write it, and what is in it)")
-    lines.append(f"entries: {len(entries)} graphs, {len(found) - len(entries)} generated code files")
+    keys = sum(os.path.basename(os.path.dirname(os.path.dirname(path))) == "inductor" for path, _ in found)
+    lines.append(f"entries: {len(entries)} graphs, {len(found) - len(entries) - keys} generated code files, "
+                 f"{keys} Inductor keys")
     lines.append(f"size: {size / 2**20:.1f} MiB of " + ("no limit" if limit is None else f"{limit} MiB")
                  + " (aotgrad.config.cache_size_limit_mb)")
     return lines

@@ -53,7 +53,7 @@ def test_cache_info_gives_the_folder_its_privacy_entries_size_and_limit(cache, c
     status, lines = run(capsys, "info")
     assert status == 0 and code > 0
     assert lines == [f"disk cache folder: {cache}", "private: yes (only you may write it, and what is in it)",
-                     f"entries: 1 graphs, {code} generated code files",
+                     f"entries: 1 graphs, {code} generated code files, 0 Inductor keys",
                      f"size: {size / 2**20:.1f} MiB of 2.5 MiB (aotgrad.config.cache_size_limit_mb)"]
 
 
@@ -74,7 +74,8 @@ def test_cache_clear_deletes_every_entry_and_the_code(cache, capsys):
     store_one_graph()
     count = len(cache_folder.files())
     status, lines = run(capsys, "clear")
-    assert status == 0 and lines == [f"Deleted 1 entries ({count} files, generated code included) from {cache}."]
+    assert status == 0 and lines == [f"Deleted 1 entries ({count} files, generated code and Inductor's keys "
+                                     f"included) from {cache}."]
     assert cache_folder.files() == []
 
 

@@ -1,0 +1,218 @@
+"""Inductor's graph-cache keys of `aotgrad_inductor`'s graphs, kept in aotgrad's cache folder.
+
+Inductor finds a compiled graph in its FX graph cache by a key it hashes from the pickled graph,
+its inputs and everything else that shapes the code (its config, torch's source, the machine).
+A warm process would hash each graph again (llama: 0.37 s of a 4.5 s first step). aotgrad
+already knows each graph by the disk-cache entry it came from, so on a miss it keeps, per graph,
+the key Inductor stored the result under; a later process hands that key to Inductor, which
+then loads as usual (`answering`). PyTorch's AOTAutograd cache does the same with its entries.
+
+    <config.cache_dir>/inductor/3f/3f9c...   Inductor's key for (entry, role, Inductor context)
+    <config.cache_dir>/inductor/torch_key    torch's source hash, with the files' sizes and times
+
+In: the graph's `gm.meta["aotgrad_cache_key"]` (its entry, set by pipeline.instantiate; absent
+where the entry cannot be keyed) and its role (forward, backward with its tangents, inference).
+The Inductor context (config, torch's source, determinism flags, the machine, the compile's
+kwargs) is Inductor's own hash of an empty graph under the same settings (`_context_key`), so
+whatever Inductor keys on is keyed here too. Out: the stored key or None.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+
+from aotgrad import cache_folder
+from aotgrad.counting import counters
+
+log = logging.getLogger("aotgrad")
+
+META_KEY = "aotgrad_cache_key"  # gm.meta: the disk-cache entry a graph came from (pipeline.instantiate)
+FOLDER = "inductor"
+
+_lock = threading.Lock()
+_answers: dict[int, tuple[fx.GraphModule, str]] = {}  # id(gm) -> (gm, Inductor key), during its compile
+_original_prepare_key = None  # Inductor's FxGraphCache.prepare_key, once `_install` has wrapped it
+_torch_key_primed = False
+_TORCH_KEY_EXTRA_FILES = ("codegen/aoti_runtime/interface.cpp", "script.ld")  # (torch_key reads them too)
+
+
+def key_for(gm: fx.GraphModule, role: str, fx_kwargs: dict) -> str | None:
+    """aotgrad's key for Inductor's compile of `gm` as `role` with `fx_kwargs`, under the
+    Inductor settings now in force; None where the graph has no entry key or Inductor would
+    not cache it (its context cannot be hashed)."""
+    entry = gm.meta.get(META_KEY)
+    if entry is None or not _inductor_caches():
+        return None
+    context = _context_key(fx_kwargs)
+    if context is None:
+        return None
+    return hashlib.sha256(f"{entry}\n{role}\n{context}".encode()).hexdigest()
+
+
+def known(key: str | None) -> str | None:
+    """The Inductor key stored for `key` by an earlier compile, or None."""
+    if key is None:
+        return None
+    try:
+        read = cache_folder.read_private(_path(key))
+    except OSError:
+        return None
+    if read is None:
+        return None
+    text = read[0].decode("ascii", errors="replace").strip()
+    if not text.isalnum():
+        log.warning("aotgrad: rejected the stored Inductor key %s (not a key); it is deleted", _path(key))
+        cache_folder.remove_file(_path(key), read[1])
+        return None
+    counters["disk_cache"]["inductor_keys_known"] += 1
+    return text
+
+
+def remember(key: str | None, compiled) -> None:
+    """Keep the key Inductor's cache stored `compiled` under (set by Inductor on a miss or a
+    hit; absent where it bypassed its cache), for `key`."""
+    inductor_key = getattr(compiled, "_fx_graph_cache_key", None)
+    if key is None or not isinstance(inductor_key, str):
+        return
+    try:
+        cache_folder.write_atomically(_path(key), inductor_key.encode("ascii"))
+    except OSError as e:
+        log.debug("aotgrad: cannot store an Inductor key in %s: %s", _path(key), e)
+        return
+    counters["disk_cache"]["inductor_keys_stored"] += 1
+
+
+@contextlib.contextmanager
+def answering(gm: fx.GraphModule, inductor_key: str | None):
+    """Inductor's cache lookup for `gm` (only) answered with `inductor_key` inside the block:
+    Inductor loads the graph stored under it as on any hit (its guards checked, its post-compile
+    steps run), or on a miss compiles `gm` and stores it there. Other graphs, other threads'
+    included, get Inductor's own key."""
+    if inductor_key is None or not _install():
+        yield
+        return
+    with _lock:
+        _answers[id(gm)] = (gm, inductor_key)
+    try:
+        yield
+    finally:
+        with _lock:
+            _answers.pop(id(gm), None)
+
+
+def _install() -> bool:
+    """Wrap Inductor's `FxGraphCache.prepare_key` once (at the first compile that has a stored
+    key) so it answers for the graphs in `_answers` and is Inductor's own for all others."""
+    global _original_prepare_key
+    if _original_prepare_key is not None:
+        return True
+    try:
+        from torch._inductor.codecache import FxGraphCache
+        original = FxGraphCache.__dict__["prepare_key"].__func__
+    except (ImportError, KeyError, AttributeError):  # another Inductor: compile as usual
+        return False
+
+    def prepare_key(gm, example_inputs, fx_kwargs, inputs_to_check, remote):
+        answer = _answers.get(id(gm))
+        if answer is None or answer[0] is not gm or remote:
+            return original(gm, example_inputs, fx_kwargs, inputs_to_check, remote)
+        return (answer[1], [f"aotgrad: the key stored for this graph's disk-cache entry: {answer[1]}"]), {}
+
+    with _lock:
+        if _original_prepare_key is None:
+            FxGraphCache.prepare_key = staticmethod(prepare_key)
+            _original_prepare_key = original
+    return True
+
+
+def _inductor_caches() -> bool:
+    """Would Inductor look its graph cache up (locally) for a compile now?"""
+    from torch._inductor import config as inductor_config
+    return (cache_folder.root() is not None and bool(inductor_config.fx_graph_cache)
+            and not inductor_config.force_disable_caches)
+
+
+def _context_key(fx_kwargs: dict) -> str | None:
+    """Inductor's key for an empty graph compiled with `fx_kwargs` now: it covers all Inductor
+    keys on besides the graph and its inputs (config, torch's source, determinism and matmul
+    flags, the device and compiler, custom passes). None if Inductor would not cache."""
+    from torch._inductor.codecache import FxGraphHashDetails, FxGraphCachePickler
+
+    _prime_torch_key()
+    graph = fx.Graph()
+    graph.output(())
+    empty = fx.GraphModule(torch.nn.Module(), graph)
+    try:
+        details = FxGraphHashDetails(empty, [], fx_kwargs, [])
+        return FxGraphCachePickler(empty).get_key(details)
+    except Exception as e:  # Inductor's bypass (a custom pass it cannot key, ...) or another Inductor
+        log.debug("aotgrad: no Inductor context key (%s: %s); Inductor keys each graph itself", type(e).__name__, e)
+        return None
+
+
+# -- torch's source hash ------------------------------------------------------------
+
+def _prime_torch_key() -> None:
+    """Give Inductor its hash of torch's source files (`torch_key`, 0.1-0.2 s to read and hash
+    them all) from the cache folder when no file changed since it was stored: the same test
+    Python makes before it uses a .pyc (each file's size and modification time). Else Inductor
+    computes it, and it is stored for the next process. Once per process."""
+    global _torch_key_primed
+    if _torch_key_primed:
+        return
+    _torch_key_primed = True
+    try:
+        from torch._inductor.codecache import torch_key
+    except ImportError:
+        return
+    if not hasattr(torch_key, "set"):
+        return
+    path = cache_folder.root() / FOLDER / "torch_key"
+    files = _torch_files_digest()
+    stored = _read_json(path)
+    if stored is not None and stored.get("files") == files and stored.get("torch") == torch.__version__:
+        with contextlib.suppress(RuntimeError, ValueError):  # (already computed in this process)
+            torch_key.set(bytes.fromhex(stored["key"]))
+        return
+    data = json.dumps({"torch": torch.__version__, "files": files, "key": torch_key().hex()}).encode()
+    with contextlib.suppress(OSError):
+        cache_folder.write_atomically(path, data)
+
+
+def _torch_files_digest(root: str | None = None) -> str:
+    """A digest of the path, size and modification time of every file Inductor's `torch_key`
+    reads under torch's folder: the modules of torch's packages (folders with an `__init__.py`,
+    the ones it walks) and two files of Inductor's own."""
+    root = root or os.path.dirname(torch.__file__)
+    hasher = hashlib.sha256(root.encode())
+    extra = [os.path.join(root, "_inductor", *name.split("/")) for name in _TORCH_KEY_EXTRA_FILES]
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if os.path.exists(os.path.join(folder, d, "__init__.py")))
+        paths = [os.path.join(folder, name) for name in sorted(names) if name.endswith((".py", ".so", ".pyd"))]
+        for path in paths + (extra if folder == root else []):
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            hasher.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return hasher.hexdigest()
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        read = cache_folder.read_private(path)
+        return None if read is None else json.loads(read[0])
+    except (OSError, ValueError):
+        return None
+
+
+def _path(key: str) -> Path:
+    return cache_folder.root() / FOLDER / key[:2] / key

@@ -1,0 +1,193 @@
+"""Inductor's cache keys kept by aotgrad (aotgrad/inductor_keys.py): a warm compile hands Inductor
+the key its cache stored each graph under instead of having it hash the graph again; a change
+in anything Inductor keys on (its config here) is keyed again; a key whose graph Inductor's
+cache lost compiles and is found again; torch's source hash comes from the cache folder only
+while no file under torch changed.
+
+A "second process" is `torch._dynamo.reset()` and a new torch.compile, with aotgrad's and
+Inductor's cache folders kept (the disk cache's tests do the same)."""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.utils import counters as dynamo_counters
+from torch._inductor import codecache
+from torch._inductor import config as inductor_config
+from torch._inductor.utils import fresh_cache
+
+import aotgrad
+from aotgrad import inductor_keys
+from aotgrad.counting import counters
+
+
+class TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        y = self.net(x)
+        return y, y.exp()
+
+
+@pytest.fixture
+def cache(tmp_path):
+    """An empty aotgrad cache folder for the test."""
+    with aotgrad.config.patch(cache_dir=str(tmp_path / "aotgrad")):
+        yield tmp_path / "aotgrad"
+
+
+@pytest.fixture
+def hashes(monkeypatch):
+    """How many graphs Inductor hashed for its cache (its own key, not one aotgrad stored)."""
+    calls = []
+    original = codecache.compiled_fx_graph_hash
+
+    def counted(gm, *args, **kwargs):
+        calls.append(gm)
+        return original(gm, *args, **kwargs)
+    monkeypatch.setattr(codecache, "compiled_fx_graph_hash", counted)
+    return calls
+
+
+def train_twice(model: nn.Module, x: torch.Tensor):
+    """Two steps, as a user's loop: the first backpropagates one output (a backward variant),
+    the second both (the whole backward); checked against eager. Returns the grads."""
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="aotgrad_inductor")
+    for both in (False, True):
+        for m, run in ((model, compiled), (eager, eager)):
+            y, e = run(x)
+            (y.sum() + e.sum() if both else y.sum()).backward()
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+        p.grad = q.grad = None
+
+
+def compile_in_a_new_process(model, x, hashes) -> dict:
+    """Train as a new process would, with the cache folders as they are; what Inductor did."""
+    torch._dynamo.reset()
+    dynamo_counters.clear()
+    counters.clear()
+    hashes.clear()
+    train_twice(model, x)
+    return {"hashed": len(hashes), **{k.removeprefix("fxgraph_cache_"): v for k, v in
+                                      dynamo_counters["inductor"].items() if k.startswith("fxgraph_cache_")},
+            **{k: v for k, v in counters["disk_cache"].items() if k.startswith("inductor_keys")}}
+
+
+def test_a_warm_compile_hands_inductor_the_stored_key_of_each_graph(cache, hashes, tmp_path):
+    """Cold, Inductor hashes the forward, the backward variant without the second output's
+    tangent and the whole backward, and aotgrad keeps the three keys. Warm, Inductor hashes
+    none and finds all three; grads as eager's both times."""
+    torch.manual_seed(0)
+    model, x = TwoOutputs(), torch.randn(4, 8)
+    with fresh_cache(dir=str(tmp_path)):
+        cold = compile_in_a_new_process(model, x, hashes)
+        warm = compile_in_a_new_process(model, x, hashes)
+    assert cold == {"hashed": 3, "miss": 3, "inductor_keys_stored": 3}, cold
+    assert warm == {"hashed": 0, "hit": 3, "inductor_keys_known": 3}, warm
+
+
+def test_a_changed_inductor_setting_is_keyed_again(cache, hashes, tmp_path):
+    """The stored keys hold for the Inductor settings they were made under: with one changed
+    (here `size_asserts`, which changes the generated code), Inductor hashes every graph again
+    and compiles it, as it would without aotgrad's keys."""
+    torch.manual_seed(0)
+    model, x = TwoOutputs(), torch.randn(4, 8)
+    with fresh_cache(dir=str(tmp_path)):
+        compile_in_a_new_process(model, x, hashes)
+        with inductor_config.patch(size_asserts=not inductor_config.size_asserts):
+            changed = compile_in_a_new_process(model, x, hashes)
+    assert changed == {"hashed": 3, "miss": 3, "inductor_keys_stored": 3}, changed
+
+
+def test_a_graph_inductors_cache_lost_is_compiled_under_its_stored_key(cache, hashes, tmp_path):
+    """Inductor's cache emptied (another folder) while aotgrad's keys stay: each graph misses
+    under its stored key and is compiled, correctly, and stored there; the next process finds it."""
+    torch.manual_seed(0)
+    model, x = TwoOutputs(), torch.randn(4, 8)
+    with fresh_cache(dir=str(tmp_path)):
+        compile_in_a_new_process(model, x, hashes)
+    with fresh_cache(dir=str(tmp_path)):
+        lost = compile_in_a_new_process(model, x, hashes)
+        found = compile_in_a_new_process(model, x, hashes)
+    assert lost == {"hashed": 0, "miss": 3, "inductor_keys_known": 3}, lost
+    assert found == {"hashed": 0, "hit": 3, "inductor_keys_known": 3}, found
+
+
+def test_no_key_is_kept_without_aotgrads_cache_folder(hashes, tmp_path):
+    torch.manual_seed(0)
+    model, x = TwoOutputs(), torch.randn(4, 8)
+    with fresh_cache(dir=str(tmp_path)), aotgrad.config.patch(cache_dir=None):
+        cold = compile_in_a_new_process(model, x, hashes)
+        warm = compile_in_a_new_process(model, x, hashes)
+    assert cold == {"hashed": 3, "miss": 3} and warm == {"hashed": 3, "hit": 3}, (cold, warm)
+
+
+def test_a_stored_key_that_is_no_key_is_deleted(cache):
+    inductor_keys.remember("ab" * 32, type("Compiled", (), {"_fx_graph_cache_key": "fabc123"})())
+    assert inductor_keys.known("ab" * 32) == "fabc123"
+    path = cache / "inductor" / "ab" / ("ab" * 32)
+    path.write_bytes(b"import os\n")
+    assert inductor_keys.known("ab" * 32) is None and not path.exists()
+
+
+# -- torch's source hash ------------------------------------------------------------
+
+@pytest.fixture
+def torch_key(monkeypatch):
+    """Inductor's `torch_key` as a fresh, unset cache in this process: what a new process has."""
+    from torch.utils._functools import prefetchable_cache
+
+    computed = []
+
+    @prefetchable_cache
+    def fresh_torch_key() -> bytes:
+        computed.append(True)
+        return b"\x01" * 32
+    fresh_torch_key.computed = computed
+    monkeypatch.setattr(codecache, "torch_key", fresh_torch_key)
+    monkeypatch.setattr(inductor_keys, "_torch_key_primed", False)
+    return fresh_torch_key
+
+
+def test_torch_key_comes_from_the_cache_folder_while_no_torch_file_changed(cache, torch_key, monkeypatch):
+    inductor_keys._prime_torch_key()  # a first process: computed, then stored
+    assert torch_key.computed == [True]
+    torch_key.clear()
+    torch_key.computed.clear()
+    monkeypatch.setattr(inductor_keys, "_torch_key_primed", False)
+    inductor_keys._prime_torch_key()  # a second one: read
+    assert torch_key() == b"\x01" * 32 and torch_key.computed == []
+
+
+def test_torch_key_is_computed_again_when_a_torch_file_changed(cache, torch_key, monkeypatch):
+    inductor_keys._prime_torch_key()
+    torch_key.clear()
+    torch_key.computed.clear()
+    monkeypatch.setattr(inductor_keys, "_torch_key_primed", False)
+    monkeypatch.setattr(inductor_keys, "_torch_files_digest", lambda: "another digest")
+    inductor_keys._prime_torch_key()
+    assert torch_key.computed == [True]
+
+
+def test_the_digest_of_torchs_files_follows_their_sizes_and_times(tmp_path):
+    """The files torch_key reads: modules of packages; not other files, nor folders that are no package."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "include").mkdir()
+    module, other, header = tmp_path / "pkg" / "mod.py", tmp_path / "notes.txt", tmp_path / "include" / "gen.py"
+    for path in (module, other, header):
+        path.write_text("x = 1\n")
+    before = inductor_keys._torch_files_digest(str(tmp_path))
+    other.write_text("ab")
+    header.write_text("ab")
+    assert inductor_keys._torch_files_digest(str(tmp_path)) == before
+    stat = module.stat()
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1000))
+    assert inductor_keys._torch_files_digest(str(tmp_path)) != before
