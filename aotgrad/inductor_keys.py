@@ -19,6 +19,7 @@ whatever Inductor keys on is keyed here too. Out: the stored key or None.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -39,7 +40,7 @@ FOLDER = "inductor"
 
 _lock = threading.Lock()
 _answers: dict[int, tuple[fx.GraphModule, str]] = {}  # id(gm) -> (gm, Inductor key), during its compile
-_original_prepare_key = None  # Inductor's FxGraphCache.prepare_key, once `_install` has wrapped it
+_wrapped: list = []  # Inductor's own FxGraphCache.prepare_key while `answering` wraps it
 _torch_key_primed = False
 _TORCH_KEY_EXTRA_FILES = ("codegen/aoti_runtime/interface.cpp", "script.ld")  # (torch_key reads them too)
 
@@ -94,43 +95,35 @@ def remember(key: str | None, compiled) -> None:
 def answering(gm: fx.GraphModule, inductor_key: str | None):
     """Inductor's cache lookup for `gm` (only) answered with `inductor_key` inside the block:
     Inductor loads the graph stored under it as on any hit (its guards checked, its post-compile
-    steps run), or on a miss compiles `gm` and stores it there. Other graphs, other threads'
-    included, get Inductor's own key."""
-    if inductor_key is None or not _install():
+    steps run), or on a miss compiles `gm` and stores it there. While a block is open anywhere,
+    Inductor's `FxGraphCache.prepare_key` is wrapped (other graphs, other threads' included, get
+    Inductor's own key); after the last one it is Inductor's own again."""
+    from torch._inductor.codecache import FxGraphCache
+
+    original = FxGraphCache.__dict__.get("prepare_key")
+    if inductor_key is None or not isinstance(original, staticmethod):  # (another Inductor: as usual)
         yield
         return
     with _lock:
+        if not _answers:
+            _wrapped.append(original)
+            FxGraphCache.prepare_key = staticmethod(functools.partial(_prepare_key, original.__func__))
         _answers[id(gm)] = (gm, inductor_key)
     try:
         yield
     finally:
         with _lock:
-            _answers.pop(id(gm), None)
+            del _answers[id(gm)]
+            if not _answers:
+                FxGraphCache.prepare_key = _wrapped.pop()
 
 
-def _install() -> bool:
-    """Wrap Inductor's `FxGraphCache.prepare_key` once (at the first compile that has a stored
-    key) so it answers for the graphs in `_answers` and is Inductor's own for all others."""
-    global _original_prepare_key
-    if _original_prepare_key is not None:
-        return True
-    try:
-        from torch._inductor.codecache import FxGraphCache
-        original = FxGraphCache.__dict__["prepare_key"].__func__
-    except (ImportError, KeyError, AttributeError):  # another Inductor: compile as usual
-        return False
-
-    def prepare_key(gm, example_inputs, fx_kwargs, inputs_to_check, remote):
-        answer = _answers.get(id(gm))
-        if answer is None or answer[0] is not gm or remote:
-            return original(gm, example_inputs, fx_kwargs, inputs_to_check, remote)
-        return (answer[1], [f"aotgrad: the key stored for this graph's disk-cache entry: {answer[1]}"]), {}
-
-    with _lock:
-        if _original_prepare_key is None:
-            FxGraphCache.prepare_key = staticmethod(prepare_key)
-            _original_prepare_key = original
-    return True
+def _prepare_key(inductors_own, gm, example_inputs, fx_kwargs, inputs_to_check, remote):
+    """Inductor's `prepare_key` while `answering`: the stored key for the graphs given one."""
+    answer = _answers.get(id(gm))
+    if answer is None or answer[0] is not gm or remote:
+        return inductors_own(gm, example_inputs, fx_kwargs, inputs_to_check, remote)
+    return (answer[1], [f"aotgrad: the key stored for this graph's disk-cache entry: {answer[1]}"]), {}
 
 
 def _inductor_caches() -> bool:

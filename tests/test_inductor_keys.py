@@ -8,6 +8,7 @@ A "second process" is `torch._dynamo.reset()` and a new torch.compile, with aotg
 Inductor's cache folders kept (the disk cache's tests do the same)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 
@@ -91,6 +92,30 @@ def test_a_warm_compile_hands_inductor_the_stored_key_of_each_graph(cache, hashe
         warm = compile_in_a_new_process(model, x, hashes)
     assert cold == {"hashed": 3, "miss": 3, "inductor_keys_stored": 3}, cold
     assert warm == {"hashed": 0, "hit": 3, "inductor_keys_known": 3}, warm
+
+
+def test_inductors_own_lookup_is_back_after_each_compile(cache, hashes, tmp_path):
+    """Inductor's `prepare_key` is wrapped only while a compile with a stored key runs."""
+    own = codecache.FxGraphCache.__dict__["prepare_key"]
+    seen = []
+    original_answering = inductor_keys.answering
+
+    def watched(gm, key):
+        with original_answering(gm, key):
+            seen.append(codecache.FxGraphCache.__dict__["prepare_key"] is own)
+            yield
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(inductor_keys, "answering", contextlib.contextmanager(watched))
+    torch.manual_seed(0)
+    model, x = TwoOutputs(), torch.randn(4, 8)
+    try:
+        with fresh_cache(dir=str(tmp_path)):
+            compile_in_a_new_process(model, x, hashes)
+            compile_in_a_new_process(model, x, hashes)
+    finally:
+        monkeypatch.undo()
+    assert seen == [True] * 3 + [False] * 3, seen  # (cold: no key to give)
+    assert codecache.FxGraphCache.__dict__["prepare_key"] is own
 
 
 def test_a_changed_inductor_setting_is_keyed_again(cache, hashes, tmp_path):
