@@ -50,7 +50,7 @@ def key_for(gm: fx.GraphModule, role: str, fx_kwargs: dict) -> str | None:
     Inductor settings now in force; None where the graph has no entry key or Inductor would
     not cache it (its context cannot be hashed)."""
     entry = gm.meta.get(META_KEY)
-    if entry is None or not _inductor_caches():
+    if entry is None or not _inductor_caches() or _calls_higher_order_ops(gm):
         return None
     context = _context_key(fx_kwargs)
     if context is None:
@@ -124,6 +124,14 @@ def _prepare_key(inductors_own, gm, example_inputs, fx_kwargs, inputs_to_check, 
     if answer is None or answer[0] is not gm or remote:
         return inductors_own(gm, example_inputs, fx_kwargs, inputs_to_check, remote)
     return (answer[1], [f"aotgrad: the key stored for this graph's disk-cache entry: {answer[1]}"]), {}
+
+
+def _calls_higher_order_ops(gm: fx.GraphModule) -> bool:
+    """Does `gm` call a higher-order op? Inductor's key may cover code outside the graph for
+    them (a user's Triton kernel's source) that the entry's key does not: those graphs keep
+    Inductor's own key."""
+    return any(node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
+               for node in gm.graph.nodes)
 
 
 def _inductor_caches() -> bool:

@@ -18,6 +18,7 @@ import torch.nn as nn
 from torch._dynamo.utils import counters as dynamo_counters
 from torch._inductor import codecache
 from torch._inductor import config as inductor_config
+from torch._higher_order_ops.wrap import wrap
 from torch._inductor.utils import fresh_cache
 
 import aotgrad
@@ -152,6 +153,22 @@ def test_no_key_is_kept_without_aotgrads_cache_folder(hashes, tmp_path):
         cold = compile_in_a_new_process(model, x, hashes)
         warm = compile_in_a_new_process(model, x, hashes)
     assert cold == {"hashed": 3, "miss": 3} and warm == {"hashed": 3, "hit": 3}, (cold, warm)
+
+
+def test_a_graph_calling_a_higher_order_op_keeps_inductors_own_key(cache):
+    """Inductor's key may cover code outside such a graph (a user's Triton kernel's source)."""
+    def graph_calling(target) -> torch.fx.GraphModule:
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        graph.output((graph.call_function(target, (x,)),))
+        return torch.fx.GraphModule(nn.Module(), graph)
+
+    plain, wrapped = graph_calling(torch.ops.aten.sin.default), graph_calling(wrap)
+    for gm in (plain, wrapped):
+        gm.meta[inductor_keys.META_KEY] = "entry"
+    fx_kwargs = {"is_backward": False, "boxed_forward_device_index": None}
+    assert inductor_keys.key_for(plain, "forward", fx_kwargs) is not None
+    assert inductor_keys.key_for(wrapped, "forward", fx_kwargs) is None
 
 
 def test_a_stored_key_that_is_no_key_is_deleted(cache):
