@@ -119,6 +119,30 @@ def test_inductors_own_lookup_is_back_after_each_compile(cache, hashes, tmp_path
     assert codecache.FxGraphCache.__dict__["prepare_key"] is own
 
 
+def test_overlapping_compiles_each_get_their_own_key_and_inductors_lookup_comes_back():
+    """Two compiles with stored keys overlapping (two threads): each graph gets its key, any
+    other graph Inductor's own lookup; Inductor's own `prepare_key` is back after the last."""
+    own = codecache.FxGraphCache.__dict__["prepare_key"]
+    graphs = [torch.fx.symbolic_trace(nn.Linear(2, 2)) for _ in range(3)]
+
+    def lookup(gm):
+        return codecache.FxGraphCache.prepare_key(gm, [], {}, [], False)[0][0]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(codecache.FxGraphCache, "prepare_key", staticmethod(lambda gm, *args: (("own", []), {})))
+        inductors = codecache.FxGraphCache.__dict__["prepare_key"]
+        first = inductor_keys.answering(graphs[0], "key0")
+        second = inductor_keys.answering(graphs[1], "key1")
+        first.__enter__()
+        second.__enter__()
+        assert [lookup(gm) for gm in graphs] == ["key0", "key1", "own"]
+        first.__exit__(None, None, None)
+        assert [lookup(gm) for gm in graphs] == ["own", "key1", "own"]
+        second.__exit__(None, None, None)
+        assert codecache.FxGraphCache.__dict__["prepare_key"] is inductors
+    assert codecache.FxGraphCache.__dict__["prepare_key"] is own
+
+
 def test_a_changed_inductor_setting_is_keyed_again(cache, hashes, tmp_path):
     """The stored keys hold for the Inductor settings they were made under: with one changed
     (here `size_asserts`, which changes the generated code), Inductor hashes every graph again
