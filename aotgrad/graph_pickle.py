@@ -260,16 +260,27 @@ class _Global:
 
 
 def _portable(value):
-    """Metadata with its untrusted classes and functions as `_Global`s."""
+    """Metadata with its untrusted classes and functions as `_Global`s, and those pickle could
+    not find again by name (a class made at run time: `ParametrizedConv1d`, which weight norm's
+    parametrization makes for each parametrized module)."""
     if isinstance(value, (list, tuple)):
         items = [_portable(v) for v in value]
         return items if isinstance(value, list) else tuple(items)
     if isinstance(value, dict):
         return {k: _portable(v) for k, v in value.items()}
-    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) and not _trusted(value) \
-            and isinstance(getattr(value, "__qualname__", None), str):
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) \
+            and isinstance(getattr(value, "__qualname__", None), str) \
+            and (not _trusted(value) or _found_by_name(value) is not value):
         return _Global(value)
     return value
+
+
+def _found_by_name(value):
+    """What `value`'s module holds under its qualified name now (pickle's lookup), or None."""
+    found: Any = sys.modules.get(getattr(value, "__module__", None) or "")
+    for part in value.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 class _Module:

@@ -203,6 +203,30 @@ def test_a_graph_calling_max_pool2d_is_stored_and_hits(cache):
     assert_same_training(warm, eager)
 
 
+class WeightNormNet(nn.Module):
+    """A weight-normed convolution (wav2vec2's positional embedding): the parametrization makes
+    a class at run time (`ParametrizedConv1d`), which dynamo's nn_module_stack names and pickle
+    cannot find again by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), name="weight", dim=2)
+
+    def forward(self, x):
+        return F.gelu(self.conv(x)).pow(2).mean(), x.flatten(1).t()
+
+
+def test_a_graph_of_a_parametrized_module_is_stored_and_hits(cache):
+    torch.manual_seed(0)
+    model, x = WeightNormNet(), torch.randn(2, 4, 8)
+    eager = train_step(copy.deepcopy(model), x, None)
+    cold = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert cold["cache"] == ["stored"]
+    warm = train_step(copy.deepcopy(model), x, "aotgrad")
+    assert warm["cache"] == ["hit"] and warm["graphs"] == cold["graphs"]
+    assert_same_training(warm, eager)
+
+
 BOOLEAN_DISPATCHED = [F.max_pool1d, F.max_pool2d, F.max_pool3d, F.adaptive_max_pool1d, F.adaptive_max_pool2d,
                       F.adaptive_max_pool3d, F.fractional_max_pool2d, F.fractional_max_pool3d]
 
