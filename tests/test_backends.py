@@ -476,6 +476,16 @@ def test_joint_passes_are_keyed_on_the_inductor_settings_they_read():
             _callable_text(_InductorJointPasses(partition))
 
 
+class TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        y = self.net(x)
+        return y, y.exp()
+
+
 def test_a_graph_from_aotgrads_disk_cache_hits_inductors_graph_cache():
     """A second process loads the partitioned graphs from aotgrad's disk cache; Inductor must
     then find what the first process compiled (its cache key pickles the graph module). Here
@@ -488,15 +498,6 @@ def test_a_graph_from_aotgrads_disk_cache_hits_inductors_graph_cache():
     from torch._inductor.utils import fresh_cache
 
     from aotgrad import phases
-
-    class TwoOutputs(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
-
-        def forward(self, x):
-            y = self.net(x)
-            return y, y.exp()
 
     model, x = TwoOutputs(), torch.randn(4, 8)
     with fresh_cache():

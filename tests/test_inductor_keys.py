@@ -24,16 +24,7 @@ from torch._inductor.utils import fresh_cache
 import aotgrad
 from aotgrad import inductor_keys
 from aotgrad.counting import counters
-
-
-class TwoOutputs(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
-
-    def forward(self, x):
-        y = self.net(x)
-        return y, y.exp()
+from tests.test_backends import TwoOutputs
 
 
 @pytest.fixture
