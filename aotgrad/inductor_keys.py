@@ -100,15 +100,17 @@ def answering(gm: fx.GraphModule, inductor_key: str | None):
     Inductor's own key); after the last one it is Inductor's own again."""
     from torch._inductor.codecache import FxGraphCache
 
-    original = FxGraphCache.__dict__.get("prepare_key")
-    if inductor_key is None or not isinstance(original, staticmethod):  # (another Inductor: as usual)
-        yield
-        return
     with _lock:
-        if not _answers:
+        original = FxGraphCache.__dict__.get("prepare_key")  # (our wrapper while another block is open)
+        active = inductor_key is not None and isinstance(original, staticmethod)  # (else another Inductor)
+        if active and not _answers:
             _wrapped.append(original)
             FxGraphCache.prepare_key = staticmethod(functools.partial(_prepare_key, original.__func__))
-        _answers[id(gm)] = (gm, inductor_key)
+        if active:
+            _answers[id(gm)] = (gm, inductor_key)
+    if not active:
+        yield
+        return
     try:
         yield
     finally:
