@@ -9,7 +9,7 @@ would leave that group orphaned):
     counters["compiled_autograd"]["hits"] += 1
 
 Groups: "compiled_autograd" (compiled_autograd/cache.py), "ddp" (distributed/ddp.py),
-"disk_cache" (disk_cache.py).
+"disk_cache" (disk_cache.py; inductor_keys.py's `inductor_keys_known` and `inductor_keys_stored`).
 """
 from __future__ import annotations
 
