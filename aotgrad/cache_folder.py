@@ -228,8 +228,6 @@ def clear() -> int:
                 remove_file(path)
                 if folder.parent == cache:
                     removed += 1
-        elif folder.is_file() and folder.parent in others:  # (inductor_keys.py's torch_key)
-            remove_file(folder)
     return removed
 
 

@@ -8,7 +8,7 @@ the key Inductor stored the result under; a later process hands that key to Indu
 then loads as usual (`answering`). PyTorch's AOTAutograd cache does the same with its entries.
 
     <config.cache_dir>/inductor/3f/3f9c...   Inductor's key for (entry, role, Inductor context)
-    <config.cache_dir>/inductor/torch_key    torch's source hash, with the files' sizes and times
+    <config.cache_dir>/inductor/70/70a0...   torch's source hash, with the files' sizes and times
 
 In: the graph's `gm.meta["aotgrad_cache_key"]` (its entry, set by pipeline.instantiate; absent
 where the entry cannot be keyed) and its role (forward, backward with its tangents, inference).
@@ -178,7 +178,7 @@ def _prime_torch_key() -> None:
         return
     if not hasattr(torch_key, "set"):
         return
-    path = cache_folder.root() / FOLDER / "torch_key"
+    path = _path(hashlib.sha256(b"torch_key").hexdigest())  # (laid out as the keys are: evicted, cleared alike)
     files = _torch_files_digest()
     stored = _read_json(path)
     if stored is not None and stored.get("files") == files and stored.get("torch") == torch.__version__:
