@@ -39,8 +39,8 @@ META_KEY = "aotgrad_cache_key"  # gm.meta: the disk-cache entry a graph came fro
 FOLDER = "inductor"
 
 _lock = threading.Lock()
-_answers: dict[int, tuple[fx.GraphModule, str]] = {}  # id(gm) -> (gm, Inductor key), during its compile
-_wrapped: list = []  # Inductor's own FxGraphCache.prepare_key while `answering` wraps it
+_answers: dict[int, tuple[fx.GraphModule, str, bool]] = {}  # id(gm) -> (gm, Inductor key, hit only), in its compile
+_wrapped: list = []  # Inductor's own FxGraphCache.prepare_key and load_with_key while `answering` wraps them
 _torch_key_primed = False
 _TORCH_KEY_EXTRA_FILES = ("codegen/aoti_runtime/interface.cpp", "script.ld")  # (torch_key reads them too)
 
@@ -91,23 +91,32 @@ def remember(key: str | None, compiled) -> None:
     counters["disk_cache"]["inductor_keys_stored"] += 1
 
 
+class NotStored(Exception):
+    """Inductor's cache holds no graph that fits under a stored key (lost, or its guards fail);
+    raised out of Inductor's lookup under `answering(..., hit_only=True)`, before it compiles."""
+
+
 @contextlib.contextmanager
-def answering(gm: fx.GraphModule, inductor_key: str | None):
+def answering(gm: fx.GraphModule, inductor_key: str | None, hit_only: bool = False):
     """Inductor's cache lookup for `gm` (only) answered with `inductor_key` inside the block:
     Inductor loads the graph stored under it as on any hit (its guards checked, its post-compile
-    steps run), or on a miss compiles `gm` and stores it there. While a block is open anywhere,
-    Inductor's `FxGraphCache.prepare_key` is wrapped (other graphs, other threads' included, get
-    Inductor's own key); after the last one it is Inductor's own again."""
+    steps run), or on a miss compiles `gm` and stores it there; with `hit_only` a miss raises
+    NotStored instead (the caller gave Inductor a graph it must not compile). While a block is
+    open anywhere, Inductor's `FxGraphCache.prepare_key` and `load_with_key` are wrapped (other
+    graphs, other threads' included, get Inductor's own); after the last one they are
+    Inductor's own again."""
     from torch._inductor.codecache import FxGraphCache
 
     with _lock:
         original = FxGraphCache.__dict__.get("prepare_key")  # (our wrapper while another block is open)
         active = inductor_key is not None and isinstance(original, staticmethod)  # (else another Inductor)
         if active and not _answers:
-            _wrapped.append(original)
+            load = FxGraphCache.__dict__["load_with_key"]
+            _wrapped.extend((original, load))
             FxGraphCache.prepare_key = staticmethod(functools.partial(_prepare_key, original.__func__))
+            FxGraphCache.load_with_key = staticmethod(functools.partial(_load_with_key, load.__func__))
         if active:
-            _answers[id(gm)] = (gm, inductor_key)
+            _answers[id(gm)] = (gm, inductor_key, hit_only)
     if not active:
         yield
         return
@@ -117,6 +126,7 @@ def answering(gm: fx.GraphModule, inductor_key: str | None):
         with _lock:
             del _answers[id(gm)]
             if not _answers:
+                FxGraphCache.load_with_key = _wrapped.pop()
                 FxGraphCache.prepare_key = _wrapped.pop()
 
 
@@ -126,6 +136,20 @@ def _prepare_key(inductors_own, gm, example_inputs, fx_kwargs, inputs_to_check, 
     if answer is None or answer[0] is not gm or remote:
         return inductors_own(gm, example_inputs, fx_kwargs, inputs_to_check, remote)
     return (answer[1], [f"aotgrad: the key stored for this graph's disk-cache entry: {answer[1]}"]), {}
+
+
+def _load_with_key(inductors_own, key, *args, **kwargs):
+    """Inductor's `load_with_key` while `answering`: NotStored on a miss of a `hit_only` graph's
+    key (the graph Inductor would compile is known by Inductor's constants where they hold it)."""
+    compiled, info = inductors_own(key, *args, **kwargs)
+    if compiled is None:
+        graph = getattr(kwargs.get("constants"), "gm", None)
+        with _lock:
+            missed = any(hit_only and stored == key and (graph is None or graph is gm)
+                         for gm, stored, hit_only in _answers.values())
+        if missed:
+            raise NotStored(key)
+    return compiled, info
 
 
 def _calls_higher_order_ops(gm: fx.GraphModule) -> bool:

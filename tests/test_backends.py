@@ -131,8 +131,8 @@ def _recording_in_graph_writes(monkeypatch) -> list:
     """The slots each aotgrad_inductor forward compile wrote into its inputs inside the graph."""
     from aotgrad import backends
 
-    written, write = [], backends._write_inputs_in_graph
-    monkeypatch.setattr(backends, "_write_inputs_in_graph", lambda gm: written.append(write(gm)) or written[-1])
+    written, writes = [], backends._in_graph_writes
+    monkeypatch.setattr(backends, "_in_graph_writes", lambda gm: written.append(writes(gm)) or written[-1])
     return written
 
 

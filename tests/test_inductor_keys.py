@@ -24,7 +24,7 @@ from torch._inductor.utils import fresh_cache
 import aotgrad
 from aotgrad import inductor_keys
 from aotgrad.counting import counters
-from tests.test_backends import TwoOutputs
+from tests.test_backends import TwoOutputs, _assert_buffers_as_eagers
 
 
 @pytest.fixture
@@ -87,14 +87,15 @@ def test_a_warm_compile_hands_inductor_the_stored_key_of_each_graph(cache, hashe
 
 
 def test_inductors_own_lookup_is_back_after_each_compile(cache, hashes, tmp_path):
-    """Inductor's `prepare_key` is wrapped only while a compile with a stored key runs."""
-    own = codecache.FxGraphCache.__dict__["prepare_key"]
+    """Inductor's `prepare_key` and `load_with_key` are wrapped only while a compile with a
+    stored key runs."""
+    own = [codecache.FxGraphCache.__dict__[name] for name in ("prepare_key", "load_with_key")]
     seen = []
     original_answering = inductor_keys.answering
 
-    def watched(gm, key):
-        with original_answering(gm, key):
-            seen.append(codecache.FxGraphCache.__dict__["prepare_key"] is own)
+    def watched(gm, key, **options):
+        with original_answering(gm, key, **options):
+            seen.append([codecache.FxGraphCache.__dict__[name] for name in ("prepare_key", "load_with_key")] == own)
             yield
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(inductor_keys, "answering", contextlib.contextmanager(watched))
@@ -107,13 +108,14 @@ def test_inductors_own_lookup_is_back_after_each_compile(cache, hashes, tmp_path
     finally:
         monkeypatch.undo()
     assert seen == [True] * 3 + [False] * 3, seen  # (cold: no key to give)
-    assert codecache.FxGraphCache.__dict__["prepare_key"] is own
+    assert [codecache.FxGraphCache.__dict__[name] for name in ("prepare_key", "load_with_key")] == own
 
 
 def test_overlapping_compiles_each_get_their_own_key_and_inductors_lookup_comes_back():
     """Two compiles with stored keys overlapping (two threads): each graph gets its key, any
     other graph Inductor's own lookup; Inductor's own `prepare_key` is back after the last."""
     own = codecache.FxGraphCache.__dict__["prepare_key"]
+    loads = codecache.FxGraphCache.__dict__["load_with_key"]
     graphs = [torch.fx.symbolic_trace(nn.Linear(2, 2)) for _ in range(3)]
 
     def lookup(gm):
@@ -132,6 +134,25 @@ def test_overlapping_compiles_each_get_their_own_key_and_inductors_lookup_comes_
         second.__exit__(None, None, None)
         assert codecache.FxGraphCache.__dict__["prepare_key"] is inductors
     assert codecache.FxGraphCache.__dict__["prepare_key"] is own
+    assert codecache.FxGraphCache.__dict__["load_with_key"] is loads
+
+
+def test_only_the_graph_that_must_hit_raises_on_a_miss():
+    """Two graphs under one stored key, one given to Inductor as aotgrad keeps it (hit only),
+    one a copy Inductor may compile: a miss raises NotStored for the first only (Inductor's
+    constants name the graph it is loading for)."""
+    graphs = [torch.fx.symbolic_trace(nn.Linear(2, 2)) for _ in range(2)]
+
+    def load(gm):
+        constants = type("Constants", (), {"gm": gm})()
+        return codecache.FxGraphCache.load_with_key("key", [], [], True, None, is_backward=False, constants=constants)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(codecache.FxGraphCache, "load_with_key", staticmethod(lambda key, *args, **kwargs: (None, {})))
+        with inductor_keys.answering(graphs[0], "key", hit_only=True), inductor_keys.answering(graphs[1], "key"):
+            assert load(graphs[1]) == (None, {})
+            with pytest.raises(inductor_keys.NotStored):
+                load(graphs[0])
 
 
 def test_a_changed_inductor_setting_is_keyed_again(cache, hashes, tmp_path):
@@ -149,7 +170,8 @@ def test_a_changed_inductor_setting_is_keyed_again(cache, hashes, tmp_path):
 
 def test_a_graph_inductors_cache_lost_is_compiled_under_its_stored_key(cache, hashes, tmp_path):
     """Inductor's cache emptied (another folder) while aotgrad's keys stay: each graph misses
-    under its stored key and is compiled, correctly, and stored there; the next process finds it."""
+    under its stored key (twice: given as it is, which Inductor must not compile, then as the
+    copy it compiles), is compiled, correctly, and stored there; the next process finds it."""
     torch.manual_seed(0)
     model, x = TwoOutputs(), torch.randn(4, 8)
     with fresh_cache(dir=str(tmp_path)):
@@ -157,8 +179,50 @@ def test_a_graph_inductors_cache_lost_is_compiled_under_its_stored_key(cache, ha
     with fresh_cache(dir=str(tmp_path)):
         lost = compile_in_a_new_process(model, x, hashes)
         found = compile_in_a_new_process(model, x, hashes)
-    assert lost == {"hashed": 0, "miss": 3, "inductor_keys_known": 3}, lost
+    assert lost == {"hashed": 0, "miss": 6, "inductor_keys_known": 3}, lost
     assert found == {"hashed": 0, "hit": 3, "inductor_keys_known": 3}, found
+
+
+def _batch_norm_step_in_a_new_process(model: nn.Module, x: torch.Tensor, copies: list) -> list:
+    """One training step of a copy of `model` (BatchNorm: its statistics written inside
+    Inductor's forward), compiled as a new process would, checked against eager's step (grads,
+    statistics and their versions); returns how many graphs aotgrad copied for Inductor."""
+    torch._dynamo.reset()
+    copies.clear()
+    eager, twin = copy.deepcopy(model), copy.deepcopy(model)
+    eager(x).sum().backward()
+    torch.compile(twin, backend="aotgrad_inductor")(x).sum().backward()
+    for (name, p), q in zip(twin.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
+    _assert_buffers_as_eagers(twin, eager)
+    return list(copies)
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """The roles of the graphs aotgrad copied for Inductor to compile."""
+    from aotgrad import backends
+
+    made, copy_for_inductor = [], backends._inductors_copy
+    monkeypatch.setattr(backends, "_inductors_copy", lambda gm, **kw: made.append(gm) or copy_for_inductor(gm, **kw))
+    return made
+
+
+def test_a_stored_graph_is_loaded_without_a_copy_and_in_graph_writes_still_happen(cache, copies, tmp_path):
+    """Warm, Inductor is handed each graph as aotgrad keeps it (no copy: on a hit it neither
+    hashes nor rewrites it); the forward's statistics writes are in the stored code. Lost from
+    Inductor's cache, each graph is compiled from a copy with the writes made again. Grads,
+    statistics and versions as eager's every time."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()), torch.randn(2, 3, 6, 6)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with fresh_cache(dir=str(tmp_path / "first")):
+        cold = _batch_norm_step_in_a_new_process(model, x, copies)
+        warm = _batch_norm_step_in_a_new_process(model, x, copies)
+    with fresh_cache(dir=str(tmp_path / "second")):
+        lost = _batch_norm_step_in_a_new_process(model, x, copies)
+    assert (len(cold), len(warm), len(lost)) == (2, 0, 2), (cold, warm, lost)
 
 
 def test_no_key_is_kept_without_aotgrads_cache_folder(hashes, tmp_path):
