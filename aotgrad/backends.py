@@ -143,7 +143,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list, role: str, patches: dict 
         return compiled(args)
     run._boxed_call = True
     run.input_writes = tuple(slot for _, slot in writes)
-    run.output_strides = _output_strides(compiled, example_inputs)
+    run.output_strides = _output_strides(compiled, example_inputs) if role == "forward" else None  # (InductorCompilers)
     return run
 
 
