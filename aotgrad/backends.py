@@ -79,14 +79,14 @@ def _output_strides(compiled, example_inputs: Sequence[Any]) -> list | None:
     exprs = getattr(compiled, "output_strides", None)
     if exprs is None:
         return None
-    shape_env = []  # (found on the first symbolic stride)
+    shape_env = None  # (found at the first symbolic stride)
 
     def value(expr):
+        nonlocal shape_env
         if isinstance(expr, int) or expr.isdigit():
             return int(expr)
-        if not shape_env:
-            shape_env.append(shape_env_from_inputs(example_inputs))
-        return int(expr) if shape_env[0] is None else shape_env[0].evaluate_symexpr(expr)
+        shape_env = shape_env or shape_env_from_inputs(example_inputs)
+        return int(expr) if shape_env is None else shape_env.evaluate_symexpr(expr)
     return [None if strides is None else tuple(value(e) for e in strides) for strides in exprs]
 
 
@@ -126,13 +126,12 @@ def _compile(gm: fx.GraphModule, example_inputs: list, role: str, patches: dict 
     `device_index`: Inductor's BoxedDeviceIndex shared by one forward and its backward
     (CUDA graphs, `mode="reduce-overhead"`: the backward joins the forward's graph tree)."""
     from torch._inductor import config as inductor_config
-    from torch._inductor.compile_fx import compile_fx_inner
 
     fx_kwargs = {"is_backward": role == "backward", "boxed_forward_device_index": device_index}
     if role == "backward":  # (a variant's placeholders are some of the backward's)
         role += " " + ",".join(str(n.target) for n in gm.graph.find_nodes(op="placeholder"))
     with inductor_config.patch(patches or {}):
-        writes = () if fx_kwargs["is_backward"] or inductor_config.triton.cudagraphs else _in_graph_writes(gm)
+        writes = [] if fx_kwargs["is_backward"] or inductor_config.triton.cudagraphs else _in_graph_writes(gm)
         key = inductor_keys.key_for(gm, role, fx_kwargs)
         stored = inductor_keys.known(key)
         compiled = None if stored is None else _load_stored(gm, example_inputs, stored, fx_kwargs)
