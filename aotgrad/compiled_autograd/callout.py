@@ -371,7 +371,8 @@ class Program:
         previous = getattr(_running, "call", None)
         call = _running.call = _Call(self.sites, objects)
         count = len(inputs)
-        taken = set() if self.as_python or not self.leaves else {t.data_ptr() for t in inputs if t is not None}
+        # (the inputs' addresses and identities: a compiler may return an input as a gradient)
+        inputs_at = {} if self.as_python or not self.leaves else {t.data_ptr(): id(t) for t in inputs if t is not None}
         try:
             results, _, grads = self.compiled(inputs, sizes)
         except Exception as e:
@@ -383,7 +384,7 @@ class Program:
         if call.error is not None:
             raise call.error
         if grads:
-            calls.accumulate_after_graph([objects[i] for i in self.leaves], grads, self.may_steal, taken)
+            calls.accumulate_after_graph([objects[i] for i in self.leaves], grads, self.may_steal, inputs_at, results)
         if call.stand_ins:
             return [call.real(r) for r in results]
         return list(results)

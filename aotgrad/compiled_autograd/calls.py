@@ -163,18 +163,35 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
         raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
-def accumulate_after_graph(leaves: list, grads, may_steal: tuple, taken: set) -> None:
+def accumulate_after_graph(leaves: list, grads, may_steal: tuple, inputs_at: dict, results=()) -> None:
     """AccumulateGrad for the gradients a graph returned instead of accumulating them as it ran
     (capture._accumulate_after_graph), in the engine's order. A tensor becomes a fresh `.grad`
-    only where the graph made it for that leaf alone (`may_steal`) and no other leaf took it and
-    it is not one of the graph's inputs (`taken`: their addresses; a compiler may return one
-    buffer for two equal computations, or an input for a no-op)."""
+    only where the graph made it for that leaf alone (`may_steal`) and nothing else can see its
+    memory: a compiler may return one buffer for two equal computations (another leaf's
+    gradient, one of the graph's `results`), or an input or a view of one for a no-op
+    (`inputs_at`: address -> id() of the graph's inputs, taken before it ran)."""
+    taken = {r.data_ptr() for r in results if isinstance(r, torch.Tensor)} if results else set()
     for leaf, grad, steal in zip(leaves, grads, may_steal):
         if steal and grad.numel():
-            address = grad.data_ptr()
-            steal = address not in taken
-            taken.add(address)
+            steal = _may_take(grad, inputs_at, taken)
+            taken.add(grad.data_ptr())
         accumulate_grad(leaf, grad, steal, None)
+
+
+def _may_take(grad: torch.Tensor, inputs_at: dict, taken: set) -> bool:
+    """Whether no tensor but `grad` can see its memory (`taken`: the addresses handed out).
+    A tensor that is no view, the only one on its storage (the count includes the storage object
+    `untyped_storage()` returns) and not an input itself owns its memory, even at an address an
+    input had: the graph may have freed that input, and its memory is reused (on CUDA above
+    all). A view, and the base it keeps, must be at no input's address."""
+    address = grad.data_ptr()
+    if address in taken:
+        return False
+    base = grad._base
+    if base is not None:
+        return address not in inputs_at and base.data_ptr() not in inputs_at and base.data_ptr() not in taken and \
+            torch._C._storage_Use_Count(grad.untyped_storage()._cdata) <= 3
+    return torch._C._storage_Use_Count(grad.untyped_storage()._cdata) <= 2 and inputs_at.get(address) != id(grad)
 
 
 def _materialized(ctx, grads: list) -> list:

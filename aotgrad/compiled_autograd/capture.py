@@ -398,7 +398,13 @@ def _order_around_call_outs(graph: fx.Graph) -> None:
 
 
 def _exclusive(node: fx.Node) -> bool:
+    """Whether `node`'s tensor is read by one user only and is an op's fresh result, or a view
+    of one through single-user views: AccumulateGrad may then take it as `.grad`. A result of a
+    multi-output op (convolution_backward's weight gradient) counts where its getitem is the
+    only one of that index and the schema says that result aliases nothing."""
     while True:
+        if len(node.users) == 1 and _fresh_item(node):
+            return True
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or len(node.users) != 1:
             return False
         if not node.target.is_view:
@@ -407,6 +413,23 @@ def _exclusive(node: fx.Node) -> bool:
         if not isinstance(base, fx.Node):
             return False
         node = base
+
+
+def _fresh_item(node: fx.Node) -> bool:
+    """`op(...)[i]` where op is an aten op that is not a view, its i-th result aliases nothing
+    (no alias annotation in its schema) and no other getitem reads that result."""
+    if node.op != "call_function" or node.target is not operator.getitem:
+        return False
+    tuple_node, index = node.args
+    if not (isinstance(tuple_node, fx.Node) and tuple_node.op == "call_function" and isinstance(index, int)
+            and isinstance(tuple_node.target, torch._ops.OpOverload) and not tuple_node.target.is_view):
+        return False
+    returns = tuple_node.target._schema.returns  # (a list result, Tensor[], is indexed by element: not here)
+    if not 0 <= index < len(returns) or returns[index].alias_info is not None or \
+            not isinstance(returns[index].type, torch._C.TensorType) or len(returns) < 2:
+        return False
+    return [user.args[1] for user in tuple_node.users if user.target is operator.getitem].count(index) == 1 and \
+        all(user.target is operator.getitem for user in tuple_node.users)
 
 
 def _validated(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outputs: list) -> list:

@@ -2,6 +2,7 @@
 meet, inputs= pruning, autograd.grad, retain_graph, accumulation into .grad, retain_grad,
 callbacks, interception and restoring."""
 import copy
+import operator
 
 import pytest
 import torch
@@ -250,6 +251,107 @@ def test_an_input_a_compiler_returns_as_a_gradient_is_copied():
         return [w.grad, w.grad.data_ptr() == g.data_ptr()]
 
     check(fn, compiler=_returning_the_input)
+
+
+def _recording_gradients(made: list):
+    """A compiler that runs the graph as Python and keeps the gradients it returns."""
+    def compiler(gm):
+        def run(inputs, sizes):
+            results, state, grads = gm(inputs, sizes)
+            made.extend(grads)
+            return results, state, grads
+        return run
+    return compiler
+
+
+@pytest.mark.one_compiler
+def test_gradients_of_multi_output_ops_become_grad_without_a_copy():
+    """Eager's AccumulateGrad takes a gradient nothing else holds as `.grad`; so does compiled
+    autograd, a weight's gradient from convolution_backward or native_batch_norm_backward (one
+    result of several) included: a copy would cost a kernel and a buffer per parameter."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(144, 2))
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8, 8)
+    twin(x).sum().backward()
+    for _ in range(2):  # the capture's run, then a cache hit
+        made = []
+        model.zero_grad(set_to_none=True)
+        with compiled_autograd.enable(_recording_gradients(made)):
+            model(x).sum().backward()
+        taken = {g.data_ptr() for g in made}
+        for (name, p), expected in zip(model.named_parameters(), twin.parameters()):
+            assert torch.allclose(p.grad, expected.grad), name
+            assert p.grad.data_ptr() in taken, (f"{name}: .grad is a copy of the graph's gradient",
+                                                [(tuple(g.shape), g.stride()) for g in made], p.stride())
+    compiled_autograd.reset()
+
+
+@pytest.mark.one_compiler
+def test_a_fresh_gradient_at_a_freed_inputs_address_is_taken():
+    """The graph frees a saved value (an input) after its last use; the leaf's gradient, made
+    later, often gets its memory. It is still the graph's own tensor: taken as `.grad`, as eager
+    does, not copied for having an input's address (tried 30 times: the allocator decides)."""
+    made = []
+    with compiled_autograd.enable(_recording_gradients(made)):
+        for _ in range(30):
+            made.clear()
+            w = torch.randn(4096, requires_grad=True)
+            (w * 2).exp().sum().backward()  # exp's result is saved, freed in the graph before w's gradient is made
+            assert w.grad.data_ptr() == made[0].data_ptr()
+    compiled_autograd.reset()
+
+
+@pytest.mark.one_compiler
+def test_a_gradient_is_taken_only_when_nothing_else_sees_its_memory():
+    """calls._may_take on tensors a compiler could return: an input itself, a tensor sharing
+    its storage, views, at addresses already handed out."""
+    from aotgrad.compiled_autograd.calls import _may_take
+    fresh = torch.randn(4)
+    assert _may_take(fresh, {fresh.data_ptr(): id(object())}, set())  # an input's address, not that input
+    assert not _may_take(fresh, {fresh.data_ptr(): id(fresh)}, set())  # the input itself
+    assert not _may_take(fresh, {}, {fresh.data_ptr()})  # handed out already
+    alias = fresh.detach()  # no view, but the storage is fresh's too
+    assert not _may_take(alias, {}, set())
+    view = torch.randn(3, 4)[1:]  # a view whose base only it holds, at another address than its base
+    assert _may_take(view, {}, set())
+    assert not _may_take(view, {view._base.data_ptr(): 0}, set())
+    assert not _may_take(view, {}, {view._base.data_ptr()})
+    base = torch.randn(3, 4)
+    also = base.detach()  # a second tensor on the view's storage, besides the base it keeps
+    assert not _may_take(base[1:], {}, set())
+    del also
+    given = torch.randn(8)[4:]  # an input that is a view (a root gradient `big[4:]`), returned as a view of it
+    assert not _may_take(given.view(4), {given.data_ptr(): id(given)}, set())
+
+
+@pytest.mark.one_compiler
+def test_a_result_of_several_is_taken_only_when_nothing_else_reads_it():
+    """capture._exclusive on hand-made graphs: an aten op's i-th result, read through one
+    getitem by one user, may be taken; not when another getitem or the tuple itself reads it,
+    nor an element of an op's list result, nor a result that aliases an argument."""
+    from aotgrad.compiled_autograd.capture import _exclusive
+    aten = torch.ops.aten
+
+    def item_of(op_args, op, index, extra_reader=None, listed=False, outs=()):
+        graph = torch.fx.Graph()
+        args = [graph.placeholder(f"a{i}") for i in range(op_args)]
+        kwargs = {name: graph.placeholder(name) for name in outs}
+        out = graph.call_function(op, (args,) if listed else tuple(args), kwargs)
+        item = graph.call_function(operator.getitem, (out, index))
+        graph.call_function(aten.neg.default, (item,))
+        if extra_reader == "getitem":
+            graph.call_function(aten.neg.default, (graph.call_function(operator.getitem, (out, index)),))
+        elif extra_reader == "tuple":
+            graph.output(out)
+        return item
+
+    assert _exclusive(item_of(1, aten.var_mean.default, 1))
+    assert not _exclusive(item_of(1, aten.var_mean.default, 1, extra_reader="getitem"))
+    assert not _exclusive(item_of(1, aten.var_mean.default, 1, extra_reader="tuple"))
+    assert not _exclusive(item_of(2, aten._foreach_neg.default, 0, listed=True))  # Tensor[]: an element, not a result
+    assert not _exclusive(item_of(2, aten.split.Tensor, 0))  # a view
+    assert not _exclusive(item_of(1, aten.aminmax.out, 0, outs=("min", "max")))  # Tensor(a!): the `min` given
 
 
 @pytest.mark.all_compilers
