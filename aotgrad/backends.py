@@ -8,7 +8,9 @@ compile learned (the layout of each saved value) until the backward is compiled.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import typing
 from typing import Any, Callable, Sequence
 
@@ -154,7 +156,7 @@ def _load_stored(gm: fx.GraphModule, example_inputs: list, stored: str, fx_kwarg
     from torch._inductor.compile_fx import compile_fx_inner
 
     try:
-        with inductor_keys.answering(gm, stored, hit_only=True):
+        with inductor_keys.answering(gm, stored, hit_only=True), _without_repro_copy():
             return compile_fx_inner(gm, example_inputs, **fx_kwargs)
     except inductor_keys.NotStored:
         return None
@@ -177,11 +179,53 @@ def _compile_a_copy(gm: fx.GraphModule, example_inputs: list, fx_kwargs: dict, w
     _use_inductor_random(gm, example_inputs)
     if stored is None:
         _attributes_in_one_order(gm)
-    with inductor_keys.answering(gm, stored):
+    with inductor_keys.answering(gm, stored), _without_repro_copy():
         compiled = compile_fx_inner(gm, example_inputs, **fx_kwargs)
     if stored is None:
         inductor_keys.remember(key, compiled)
     return compiled
+
+
+_repro_lock = threading.Lock()
+_repro_wrapper: list = []  # Inductor's own `wrap_compiler_debug` while `_without_repro_copy` blocks are open
+_repro_blocks = 0
+
+
+@contextlib.contextmanager
+def _without_repro_copy():
+    """Inductor's `compile_fx_inner` wraps its compiler in torch._dynamo's repro wrapper
+    (`wrap_compiler_debug`), which deep-copies the graph before compiling and uses the copy only
+    to write a repro when `torch._dynamo.config.repro_after == "aot"` (a warm vit's backward:
+    0.27 s for a graph Inductor then loads from its cache). Inside the block, a compile under
+    any other setting gets the compiler unwrapped (`_unwrapped`, which still wraps when
+    "aot" is set, checked at each call, for other threads too); after the last block,
+    Inductor's wrapper is its own again."""
+    global _repro_blocks
+    import torch._inductor.compile_fx as inductor
+
+    if not callable(getattr(inductor, "wrap_compiler_debug", None)):
+        yield
+        return
+    with _repro_lock:
+        if _repro_blocks == 0:
+            _repro_wrapper.append(inductor.wrap_compiler_debug)
+            inductor.wrap_compiler_debug = _unwrapped
+        _repro_blocks += 1
+    try:
+        yield
+    finally:
+        with _repro_lock:
+            _repro_blocks -= 1
+            if _repro_blocks == 0:
+                inductor.wrap_compiler_debug = _repro_wrapper.pop()
+
+
+def _unwrapped(compiler_fn, compiler_name: str):
+    """`wrap_compiler_debug` inside `_without_repro_copy`: the compiler as it is, unless
+    torch._dynamo's repro tools are asked to act after AOTAutograd."""
+    if torch._dynamo.config.repro_after == "aot":
+        return _repro_wrapper[0](compiler_fn, compiler_name)
+    return compiler_fn
 
 
 def _in_graph_writes(gm: fx.GraphModule) -> list[tuple[int, int]]:

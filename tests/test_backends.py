@@ -563,3 +563,33 @@ def test_max_pool_compiles_in_a_fresh_process():
     done = subprocess.run([sys.executable, "-c", _MAX_POOL_FIRST], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("repro_after", [None, "aot"])
+def test_inductors_repro_wrapper_runs_only_when_its_repro_is_asked_for(monkeypatch, repro_after):
+    """compile_fx_inner wraps Inductor's compiler in torch._dynamo's repro wrapper, which
+    deep-copies each graph for a repro it writes only under `repro_after="aot"`: aotgrad's
+    compiles skip it otherwise (backends._without_repro_copy) and restore it after."""
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.compile_fx as inductor
+
+    wrapped = []
+    inductors_own = inductor.wrap_compiler_debug
+
+    def recording(compiler_fn, compiler_name):
+        wrapped.append(compiler_name)
+        return inductors_own(compiler_fn, compiler_name)
+
+    monkeypatch.setattr(inductor, "wrap_compiler_debug", recording)
+    monkeypatch.setattr(dynamo_config, "repro_after", repro_after)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    twin = copy.deepcopy(model)
+    x = torch.randn(3, 4)
+    torch.compile(model, backend="aotgrad_inductor")(x).sum().backward()
+    twin(x).sum().backward()
+    assert len(wrapped) == (2 if repro_after == "aot" else 0), wrapped  # forward and backward
+    assert inductor.wrap_compiler_debug is recording
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    torch._dynamo.reset()
