@@ -223,7 +223,7 @@ def _without_repro_copy():
 def _unwrapped(compiler_fn, compiler_name: str):
     """`wrap_compiler_debug` inside `_without_repro_copy`: the compiler as it is, unless
     torch._dynamo's repro tools are asked to act after AOTAutograd."""
-    if torch._dynamo.config.repro_after == "aot":
+    if getattr(torch._dynamo.config, "repro_after", None) == "aot":
         return _repro_wrapper[0](compiler_fn, compiler_name)
     return compiler_fn
 

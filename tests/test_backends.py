@@ -581,12 +581,12 @@ def test_inductors_repro_wrapper_runs_only_when_its_repro_is_asked_for(monkeypat
         return inductors_own(compiler_fn, compiler_name)
 
     monkeypatch.setattr(inductor, "wrap_compiler_debug", recording)
-    monkeypatch.setattr(dynamo_config, "repro_after", repro_after)
     torch._dynamo.reset()
     model = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
     twin = copy.deepcopy(model)
     x = torch.randn(3, 4)
-    torch.compile(model, backend="aotgrad_inductor")(x).sum().backward()
+    with dynamo_config.patch(repro_after=repro_after):
+        torch.compile(model, backend="aotgrad_inductor")(x).sum().backward()
     twin(x).sum().backward()
     assert len(wrapped) == (2 if repro_after == "aot" else 0), wrapped  # forward and backward
     assert inductor.wrap_compiler_debug is recording
