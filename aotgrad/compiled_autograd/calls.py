@@ -183,7 +183,8 @@ def _may_take(grad: torch.Tensor, inputs_at: dict, taken: set) -> bool:
     A tensor that is no view, the only one on its storage (the count includes the storage object
     `untyped_storage()` returns) and not an input itself owns its memory, even at an address an
     input had: the graph may have freed that input, and its memory is reused (on CUDA above
-    all). A view, and the base it keeps, must be at no input's address."""
+    all). (A freed input's id() reused by `grad` only makes it a copy.) A view, and the base it
+    keeps, must be at no input's address."""
     address = grad.data_ptr()
     if address in taken:
         return False
