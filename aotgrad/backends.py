@@ -153,11 +153,8 @@ def _load_stored(gm: fx.GraphModule, example_inputs: list, stored: str, fx_kwarg
     has none that fits (lost, or its guards fail). Inductor gets `gm` itself: on a hit it
     neither hashes nor rewrites the graph, and the forward's in-graph writes and random ops
     are in the stored code already, so no copy is made (mobilenetv2 on torch 2.14: 0.45 s)."""
-    from torch._inductor.compile_fx import compile_fx_inner
-
     try:
-        with inductor_keys.answering(gm, stored, hit_only=True), _without_repro_copy():
-            return compile_fx_inner(gm, example_inputs, **fx_kwargs)
+        return _inductor(gm, example_inputs, fx_kwargs, stored, hit_only=True)
     except inductor_keys.NotStored:
         return None
 
@@ -167,8 +164,6 @@ def _compile_a_copy(gm: fx.GraphModule, example_inputs: list, fx_kwargs: dict, w
     """Inductor's compile of a copy of `gm` with `writes` made in the graph and Inductor's
     random ops, under the `stored` key if there is one (Inductor's entry was lost), else
     under Inductor's own key, which is then kept for `key`."""
-    from torch._inductor.compile_fx import compile_fx_inner
-
     if stored is None:
         # (whether a saved value's fake requires grad depends on how the graph was made: traced,
         # loaded from the disk cache, or cut into a variant; Inductor keys its cache on it)
@@ -179,11 +174,19 @@ def _compile_a_copy(gm: fx.GraphModule, example_inputs: list, fx_kwargs: dict, w
     _use_inductor_random(gm, example_inputs)
     if stored is None:
         _attributes_in_one_order(gm)
-    with inductor_keys.answering(gm, stored), _without_repro_copy():
-        compiled = compile_fx_inner(gm, example_inputs, **fx_kwargs)
+    compiled = _inductor(gm, example_inputs, fx_kwargs, stored)
     if stored is None:
         inductor_keys.remember(key, compiled)
     return compiled
+
+
+def _inductor(gm: fx.GraphModule, example_inputs: list, fx_kwargs: dict, stored: str | None, hit_only: bool = False):
+    """Inductor's graph compiler (`compile_fx_inner`) on `gm`, its cache lookup answered with
+    `stored` (inductor_keys.answering) and without torch._dynamo's repro copy."""
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    with inductor_keys.answering(gm, stored, hit_only=hit_only), _without_repro_copy():
+        return compile_fx_inner(gm, example_inputs, **fx_kwargs)
 
 
 _repro_lock = threading.Lock()

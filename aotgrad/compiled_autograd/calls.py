@@ -189,10 +189,11 @@ def _may_take(grad: torch.Tensor, inputs_at: dict, taken: set) -> bool:
     if address in taken:
         return False
     base = grad._base
+    holders = torch._C._storage_Use_Count(grad.untyped_storage()._cdata)
     if base is not None:
-        return address not in inputs_at and base.data_ptr() not in inputs_at and base.data_ptr() not in taken and \
-            torch._C._storage_Use_Count(grad.untyped_storage()._cdata) <= 3
-    return torch._C._storage_Use_Count(grad.untyped_storage()._cdata) <= 2 and inputs_at.get(address) != id(grad)
+        return holders <= 3 and address not in inputs_at and base.data_ptr() not in inputs_at and \
+            base.data_ptr() not in taken
+    return holders <= 2 and inputs_at.get(address) != id(grad)
 
 
 def _materialized(ctx, grads: list) -> list:

@@ -428,8 +428,8 @@ def _fresh_item(node: fx.Node) -> bool:
     if not 0 <= index < len(returns) or returns[index].alias_info is not None or \
             not isinstance(returns[index].type, torch._C.TensorType) or len(returns) < 2:
         return False
-    return [user.args[1] for user in tuple_node.users if user.target is operator.getitem].count(index) == 1 and \
-        all(user.target is operator.getitem for user in tuple_node.users)
+    users = tuple_node.users
+    return all(user.target is operator.getitem for user in users) and sum(user.args[1] == index for user in users) == 1
 
 
 def _validated(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, outputs: list) -> list:
