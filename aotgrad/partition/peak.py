@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotgrad.partition.cost import is_view, storage_root
+from aotgrad.partition.cost import fuses_inputs, is_view, storage_root
 from aotgrad.partition.graphs import tensor_bytes
 
 # What a node's value is, for the simulation: a new storage, an alias of its first input's
@@ -187,14 +187,21 @@ class Policy:
     """When the backward runs a recomputed value again instead of keeping it: a value whose
     recompute chain (its cost plus that of the inputs it would recompute too) is below
     `keep_ratio` times its bytes is forgotten once no tangent-dependent node within the
-    next `horizon` ones needs it, and recomputed at its next use."""
+    next `horizon` loops needs it, and recomputed at its next use.
+
+    A loop is a library kernel (a matmul, a convolution: `cost.fuses_inputs` is false for
+    it) or a run of the tangent-dependent nodes between two, which a fusing compiler makes
+    one loop; values are forgotten only between loops. Inside one, a value the loop makes
+    lives in registers and one it reads stays allocated until the loop ends: forgetting it
+    there lowers no real peak, and its second computation is a node Inductor may give a
+    buffer of its own (albert's GELU backward: one more kernel)."""
     keep_ratio: float
     horizon: float
 
 
 # Recompute once and keep (each value live from its first to its last use); then recompute
-# again values cheap for their size, anything not needed by the next tangent-dependent
-# node, anything not needed by the current one (each repeat is taken back where it fits).
+# again values cheap for their size, anything not needed by the next loop, anything not
+# needed by the current one (each repeat is taken back where it fits).
 POLICIES = (Policy(0, math.inf), Policy(64, 1), Policy(16, 1), Policy(math.inf, 1), Policy(math.inf, 0))
 
 
@@ -318,6 +325,7 @@ class _Plan:
         runs = sorted(p for p in needed if p not in saved and not backward.is_input[p])
         self.tangent_nodes = [p for p in runs if backward.tangent_dependent[p]]
         self.recomputed = {p for p in runs if not backward.tangent_dependent[p]}
+        self.loop_of = _loops([table.nodes[p] for p in self.tangent_nodes])
         self._uses: dict[int, list[int]] | None = None
 
     def uses(self) -> dict[int, list[int]]:
@@ -357,11 +365,12 @@ class _Plan:
         use only (the first policy) is live from there to its last use."""
         kept = self.kept(policy.keep_ratio)
         uses = self.uses() if len(kept) < len(self.recomputed) else {}
+        loop_of = self.loop_of
 
         def forget(step: int, at_hand: set[int]) -> set[int]:
-            if not uses:
+            if not uses or (step + 1 < len(loop_of) and loop_of[step + 1] == loop_of[step]):
                 return set()
-            return {v for v in at_hand if v not in kept and not _used_within(uses[v], step, policy.horizon)}
+            return {v for v in at_hand if v not in kept and not _used_within(uses[v], step, policy.horizon, loop_of)}
         return self._run(forget)
 
     def run_order_dropping(self, dropped: dict[int, set[int]]) -> _Run:
@@ -405,6 +414,23 @@ class _Plan:
         return _Run(order, serves, dropped)
 
 
-def _used_within(steps: list[int], step: int, horizon: float) -> bool:
+def _loops(nodes: list[fx.Node]) -> list[int]:
+    """For each of `nodes` (the tangent-dependent steps in run order), the loop it is in: a
+    library kernel (reading its inputs from memory) is one of its own, and each run of the
+    nodes between two of them is one that a fusing compiler makes.
+
+        mm, view, mul, tanh, mul, mm, view, add  ->  0, 1, 1, 1, 1, 2, 3, 3
+    """
+    loops, loop, after_library = [], -1, True
+    for node in nodes:
+        library = not fuses_inputs(node)
+        loop += library or after_library
+        after_library = library
+        loops.append(loop)
+    return loops
+
+
+def _used_within(steps: list[int], step: int, horizon: float, loop_of: list[int]) -> bool:
+    """Is a step of `steps` after `step` at most `horizon` loops after it?"""
     k = bisect.bisect_right(steps, step)
-    return k < len(steps) and steps[k] - step <= horizon
+    return k < len(steps) and loop_of[steps[k]] - loop_of[step] <= horizon

@@ -3,6 +3,7 @@ value again to keep the peak low; and a peak that never rises as the memory budg
 (21 budgets from 1.0 to 0.0, through aot_function, grads equal to eager)."""
 import functools
 import logging
+import math
 
 import pytest
 import torch
@@ -156,6 +157,37 @@ def test_a_value_is_recomputed_again_before_a_late_use_when_that_lowers_the_peak
     assert len(set(once.nodes)) == len(once.nodes) and once.extra == 0
     assert [n.name for n in schedule.nodes].count("add") >= 2 and schedule.extra > 0
     assert schedule.peak < once.peak
+
+
+def tanh_gelu_layers(x, w1, w2):
+    """Two layers of a tanh-GELU MLP with a residual and a layer norm (ALBERT's layer): the
+    GELU's backward reads its tanh twice, in one fused loop between two matmuls."""
+    for _ in range(2):
+        h = x @ w1
+        g = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        x = F.layer_norm(g @ w2 + x, x.shape[-1:])
+    return x
+
+
+def test_a_loops_pointwise_value_is_made_once_in_that_loop():
+    # the tanh is recomputed (its input is saved); forgotten between its two readers and made
+    # again, it lowered the simulated peak but no real one, and Inductor gave the second
+    # tanh a buffer of its own (ALBERT: one more backward kernel than PyTorch's)
+    problem = problem_of(tanh_gelu_layers, [_leaf(64, 64), _leaf(64, 128), _leaf(128, 64)])
+    schedule = problem.schedule(min_cut.choose_cut(problem, 1.0, None).saved)
+    names = [n.name for n in schedule.nodes]
+    assert len(names) == len(set(names)) and schedule.extra == 0
+    assert sum(n.target is torch.ops.aten.tanh.default for n in schedule.nodes) == 2   # recomputed, once a layer
+
+
+def test_loops_split_at_library_kernels():
+    library = {torch.ops.aten.mm.default, torch.ops.aten.native_layer_norm_backward.default}
+    problem = problem_of(tanh_gelu_layers, [_leaf(8, 8), _leaf(8, 16), _leaf(16, 8)])
+    plan = peak._Plan(problem.backward, set())
+    nodes = [problem.backward.table.nodes[p] for p in plan.tangent_nodes]
+    assert plan.loop_of[0] == 0 and sum(n.target in library for n in nodes) >= 4
+    for a, b, loop_a, loop_b in zip(nodes, nodes[1:], plan.loop_of, plan.loop_of[1:]):
+        assert loop_b - loop_a == (a.target in library or b.target in library), (a, b)
 
 
 def big_temporaries(x, y, z):
