@@ -129,7 +129,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list, role: str, patches: dict 
     (CUDA graphs, `mode="reduce-overhead"`: the backward joins the forward's graph tree)."""
     from torch._inductor import config as inductor_config
 
-    fx_kwargs = {"is_backward": role == "backward", "boxed_forward_device_index": device_index}
+    fx_kwargs = {"is_backward": role == "backward", "boxed_forward_device_index": device_index,
+                 "static_input_idxs": _static_input_idxs(gm, role)}
     if role == "backward":  # (a variant's placeholders are some of the backward's)
         role += " " + ",".join(str(n.target) for n in gm.graph.find_nodes(op="placeholder"))
     with inductor_config.patch(patches or {}):
@@ -146,6 +147,21 @@ def _compile(gm: fx.GraphModule, example_inputs: list, role: str, patches: dict 
     run.input_writes = tuple(slot for _, slot in writes)
     run.output_strides = _output_strides(compiled, example_inputs) if role == "forward" else None  # (InductorCompilers)
     return run
+
+
+def _static_input_idxs(gm: fx.GraphModule, role: str) -> list[int]:
+    """The inputs whose memory stays put from call to call, as PyTorch's AOTAutograd tells
+    Inductor (which then neither checks their alignment per call nor, under CUDA graphs,
+    copies them into the graph's memory per replay): the forward's and the inference graph's
+    parameters and buffers (pipeline.instantiate's `meta["static_inputs"]`), every input of
+    the backward but its tangents (the saved values).
+
+        backward(primals_3, mm, tangents_1) -> [0, 1]
+    """
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    if role == "backward":
+        return [i for i, node in enumerate(placeholders) if not str(node.target).startswith("tangents")]
+    return [i for i in gm.meta.get("static_inputs", ()) if i < len(placeholders)]
 
 
 def _load_stored(gm: fx.GraphModule, example_inputs: list, stored: str, fx_kwargs: dict):

@@ -136,7 +136,8 @@ class Partitioned:
 def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], options: Options, *,
                  fn_name: str = "fn", origin: Origin | None = None,
                  load: Callable[[Any], Partitioned | None] | None = None,
-                 store: Callable[[Partitioned], str] | None = None, cache_key: str | None = None):
+                 store: Callable[[Partitioned], str] | None = None, cache_key: str | None = None,
+                 static_inputs: tuple[int, ...] = ()):
     """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake).
 
     Returns the runtime, the forward and backward graphs (None without a backward), the guard
@@ -145,7 +146,8 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     `load(fake_mode)` and `store(partitioned)` (the disk cache) skip the trace on a hit and
     keep what was traced on a miss; `store` returns what it did, for the record; `cache_key` is
     the disk-cache entry they use (the compilers see it: `instantiate`). `origin` says where
-    the compile comes from in logs (default: `origin_of(fn_name)`)."""
+    the compile comes from in logs (default: `origin_of(fn_name)`). `static_inputs`: positions
+    of the inputs whose memory stays the same from call to call (parameters, buffers)."""
     # dynamic=True on real inputs: aotgrad makes the symbols (and checks their guards per call);
     # under torch.compile the symbolic fakes come with the inputs and dynamo guards them
     own_symbols = options.dynamic and detect_fake_mode(list(example_args)) is None
@@ -166,7 +168,8 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
             if phases.record.disk_cache.startswith("not stored: "):
                 log.info("aotgrad %s: not stored in the disk cache: %s", fn_name,
                          phases.record.disk_cache.removeprefix("not stored: "))
-    runtime = instantiate(partitioned, options, phases, cache_key=None if own_symbols else cache_key)
+    runtime = instantiate(partitioned, options, phases, cache_key=None if own_symbols else cache_key,
+                          static_inputs=static_inputs)
     record = phases.finish()
     return runtime, partitioned.forward, partitioned.backward, guard, record
 
@@ -228,16 +231,20 @@ def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Opti
         made_to_require_grad=traced.made_to_require_grad)
 
 
-def instantiate(p: Partitioned, options: Options, phases: Phases, cache_key: str | None = None) -> Callable:
+def instantiate(p: Partitioned, options: Options, phases: Phases, cache_key: str | None = None,
+                static_inputs: tuple[int, ...] = ()) -> Callable:
     """Compile the graphs of `p` and put them behind the runtime.
 
     `cache_key`: the disk-cache entry `p` is stored under, which determines its graphs; each
     graph's `meta["aotgrad_cache_key"]` holds it for the compilers (aotgrad_inductor keeps
-    Inductor's cache key per graph under it: inductor_keys.py). None: no such entry."""
+    Inductor's cache key per graph under it: inductor_keys.py). None: no such entry.
+    `static_inputs`: the primals whose memory stays put between calls, as the forward's
+    `meta["static_inputs"]` (aotgrad_inductor passes them to Inductor)."""
     record = phases.record
     record.forward, record.backward, record.epilogue = p.forward, p.backward, p.epilogue
     record.tangent_sources, record.grad_inputs = p.tangent_sources, p.grad_inputs
     p.forward.meta["writable_in_graph"] = _writable_in_graph(p.forward, p.epilogue)
+    p.forward.meta["static_inputs"] = tuple(static_inputs)
     for gm in (p.forward, p.backward):
         if gm is not None and cache_key is not None:
             gm.meta["aotgrad_cache_key"] = cache_key

@@ -102,6 +102,7 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
         if isinstance(gm, fx.GraphModule):  # (dynamo's names: L_x_, L_self_modules_fc_parameters_weight_)
             compiled.input_names = names + [node.target for node in gm.graph.find_nodes(op="placeholder")]
         compiled.disk_key = disk_cache.graph_key(gm, options)
+        compiled.static_inputs = _static_inputs(gm, len(params))
         compiled.precompile(*params, *examples)
         return _runner(compiled, params)
     # Symbolic sizes (torch.compile(dynamic=True), or automatic dynamic after a second size):
@@ -119,8 +120,27 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     if isinstance(gm, fx.GraphModule):
         compiled.input_names = names + [node.target for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))
                                         if i not in sizes]
+    compiled.static_inputs = _static_inputs(gm, len(params), skip=set(sizes))
     compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
     return _runner(compiled, params, skip=set(sizes), carried=carried)
+
+
+def _static_inputs(gm: torch.nn.Module, num_params: int, skip: set[int] = frozenset()) -> frozenset[int]:
+    """Positions, among the compiled function's inputs (`num_params` of the module's own
+    parameters and buffers, then the graph's inputs less those at `skip`), of those whose
+    memory stays put from call to call: the module's own, and the inputs Dynamo marks static
+    (a module's parameters and buffers, `_dynamo_static_input_type`), as PyTorch's
+    AOTAutograd reads them."""
+    static = set(range(num_params))
+    if isinstance(gm, fx.GraphModule):
+        position = num_params
+        for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+            if i in skip:
+                continue
+            if node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type"):
+                static.add(position)
+            position += 1
+    return frozenset(static)
 
 
 def _uncarried_sizes(examples: list, sizes: dict[int, Any]) -> list[int]:

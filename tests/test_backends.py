@@ -593,3 +593,37 @@ def test_inductors_repro_wrapper_runs_only_when_its_repro_is_asked_for(monkeypat
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_inductor_is_told_which_inputs_keep_their_memory(monkeypatch, dynamic):
+    """As PyTorch's AOTAutograd: the forward's parameters and buffers and the backward's saved
+    values are Inductor's `static_input_idxs` (on a GPU: no alignment check per call, no copy
+    into a CUDA graph's memory per replay); the batch and the tangents are not."""
+    import torch._inductor.compile_fx as compile_fx
+
+    seen = []
+    original = compile_fx.compile_fx_inner
+
+    def recording(gm, example_inputs, **kwargs):
+        seen.append(([n.target for n in gm.graph.find_nodes(op="placeholder")], list(example_inputs),
+                     kwargs["static_input_idxs"]))
+        return original(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", recording)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.Tanh())
+    twin = copy.deepcopy(model)
+    x = torch.randn(3, 5)
+    torch.compile(model, backend="aotgrad_inductor", dynamic=dynamic)(x).sum().backward()
+    twin(x).sum().backward()
+    torch._dynamo.reset()
+    (fw_names, fw_inputs, fw_static), (bw_names, _, bw_static) = seen
+    state = len(list(model.parameters())) + len(list(model.buffers()))
+    batch = [i for i, v in enumerate(fw_inputs) if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[1] == 5
+             and v.shape[0] != 6]
+    assert len(batch) == 1 and len(fw_static) == state and batch[0] not in fw_static
+    assert all(isinstance(fw_inputs[i], torch.Tensor) for i in fw_static)
+    assert bw_static == [i for i, name in enumerate(bw_names) if not name.startswith("tangents")] and bw_static
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
