@@ -284,10 +284,11 @@ class AotFunction:
         # the logs of later compiles, which run outside Dynamo's compile
         self.origin: Origin | None = None
         self.input_names: list[str] | None = None  # for the recompiles log; None: "input 3"
-        # positions of the inputs that keep their memory from call to call (a module's
-        # parameters and buffers): a graph compiler may skip checks on them (Inductor's
-        # static_input_idxs: no alignment check, no copy into a CUDA graph's memory)
-        self.static_inputs: frozenset[int] = frozenset()
+        # positions, among the call's arguments, of the inputs that keep their memory from
+        # call to call (a module's parameters and buffers): a graph compiler may skip checks on
+        # them (Inductor's static_input_idxs: no alignment check, no copy into a CUDA graph's
+        # memory). A synthetic base's compile has none (its inputs are not the caller's).
+        self.static_positions: frozenset[int] = frozenset()
         self.last_graphs: tuple = ()
         self.disk_key: str | None = None  # the disk cache's key for fn (a graph), or why none (NotKeyed)
         self._fast: Callable | None = None  # the generated call of the entry used last
@@ -365,11 +366,11 @@ class AotFunction:
             log_recompile(self.origin, lambda: _key_changes(next(reversed(cache)), key, self._tensor_key,
                                                             self.input_names))
         self.origin = self.origin or origin_of(self.__name__, self.source)
-        static = tuple(n for n, i in enumerate(keep) if positions[i] in self.static_inputs)
+        static = tuple(n for n, i in enumerate(keep) if positions[i] in self.static_positions)  # among `unique`
         try:
             runtime, fw_gm, bw_gm, guard, record = compile_flat(flat_fn, unique, self.options, fn_name=self.__name__,
                                                         origin=self.origin, load=load, store=store,
-                                                        cache_key=entry, static_inputs=static)
+                                                        cache_key=entry, static_primals=static)
             synthetic_base = None
         except MutatedAliasedInputsError as e:
             synthetic_base = SyntheticBase.of(unique, e.group, e)

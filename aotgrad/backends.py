@@ -23,6 +23,7 @@ from aotgrad.api import aot_module_simplified, nop
 from aotgrad.distributed.ddp import compile_in_ddp
 from aotgrad.errors import UnknownOptionError
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
+from aotgrad.partition.graphs import is_tangent
 
 
 def _partitioner(default: str):
@@ -122,15 +123,16 @@ def _hint(n) -> int | None:
     return n.node.hint if isinstance(n, torch.SymInt) else n
 
 
-def _compile(gm: fx.GraphModule, example_inputs: list, role: str, patches: dict | None = None,
-             device_index=None) -> Callable:
+def _compile(gm: fx.GraphModule, example_inputs: list, role: str, static_input_idxs: list[int],
+             patches: dict | None = None, device_index=None) -> Callable:
     """`role`: "forward", "backward" or "inference" (keys the graph in inductor_keys.py);
+    `static_input_idxs`: the inputs whose memory stays put from call to call (for Inductor);
     `device_index`: Inductor's BoxedDeviceIndex shared by one forward and its backward
     (CUDA graphs, `mode="reduce-overhead"`: the backward joins the forward's graph tree)."""
     from torch._inductor import config as inductor_config
 
     fx_kwargs = {"is_backward": role == "backward", "boxed_forward_device_index": device_index,
-                 "static_input_idxs": _static_input_idxs(gm, role)}
+                 "static_input_idxs": static_input_idxs}
     if role == "backward":  # (a variant's placeholders are some of the backward's)
         role += " " + ",".join(str(n.target) for n in gm.graph.find_nodes(op="placeholder"))
     with inductor_config.patch(patches or {}):
@@ -146,22 +148,35 @@ def _compile(gm: fx.GraphModule, example_inputs: list, role: str, patches: dict 
     run._boxed_call = True
     run.input_writes = tuple(slot for _, slot in writes)
     run.output_strides = _output_strides(compiled, example_inputs) if role == "forward" else None  # (InductorCompilers)
+    # Inductor cut the graph in pieces (graph partitions around ops CUDA graphs cannot hold)
+    run.partitioned = len(getattr(compiled, "partition_maps", None) or ()) > 1
     return run
 
 
-def _static_input_idxs(gm: fx.GraphModule, role: str) -> list[int]:
-    """The inputs whose memory stays put from call to call, as PyTorch's AOTAutograd tells
-    Inductor (which then neither checks their alignment per call nor, under CUDA graphs,
-    copies them into the graph's memory per replay): the forward's and the inference graph's
-    parameters and buffers (pipeline.instantiate's `meta["static_inputs"]`), every input of
-    the backward but its tangents (the saved values).
+def _static_primals(gm: fx.GraphModule) -> list[int]:
+    """The forward's (or inference graph's) inputs whose memory stays put from call to call,
+    for Inductor's `static_input_idxs`, as PyTorch's compile_fx tells it (on a GPU Inductor
+    then neither checks their alignment per call nor, under CUDA graphs, copies them into
+    the graph's memory per replay): the parameters and buffers, which pipeline.instantiate
+    puts in `meta["static_primals"]`."""
+    static = list(gm.meta.get("static_primals", ()))
+    count = len(gm.graph.find_nodes(op="placeholder"))
+    assert all(i < count for i in static), f"static primals {static} of a graph with {count} inputs"
+    return static
 
-        backward(primals_3, mm, tangents_1) -> [0, 1]
+
+def _static_backward_inputs(gm: fx.GraphModule, forward_partitioned: bool) -> list[int]:
+    """The backward's inputs whose memory stays put (see _static_primals), as PyTorch's
+    compile_fx_backward says: every saved value, which the forward makes in its own memory
+    (a CUDA graph's, under `reduce-overhead`); only the primals where Inductor cut the forward
+    in pieces (a piece run outside a CUDA graph makes its values anywhere).
+
+        backward(primals_3, mm, tangents_1) -> [0, 1]; forward in pieces -> [0]
     """
     placeholders = gm.graph.find_nodes(op="placeholder")
-    if role == "backward":
-        return [i for i, node in enumerate(placeholders) if not str(node.target).startswith("tangents")]
-    return [i for i in gm.meta.get("static_inputs", ()) if i < len(placeholders)]
+    if forward_partitioned:
+        return [i for i, node in enumerate(placeholders) if str(node.target).startswith("primals")]
+    return [i for i, node in enumerate(placeholders) if not is_tangent(node)]
 
 
 def _load_stored(gm: fx.GraphModule, example_inputs: list, stored: str, fx_kwargs: dict):
@@ -408,14 +423,16 @@ class InductorCompilers:
         self.patches = patches or {}  # Inductor's config for every graph (torch.compile's mode=, options=)
         from torch._inductor.cudagraph_utils import BoxedDeviceIndex
         self.device_index = BoxedDeviceIndex(None)  # the forward's CUDA device, for CUDA graphs
+        self.forward_partitioned = False  # Inductor cut the forward in pieces (_static_backward_inputs)
 
     def forward(self, gm: fx.GraphModule, example_inputs):
         outputs = _output_nodes(gm)
         num_user = len(outputs) - gm.meta.get("num_saved", 0)
         _keep_output_strides(gm, num_user)
         saved_vals = [node.meta.get("val") if isinstance(node, fx.Node) else None for node in outputs[num_user:]]
-        compiled = _compile(gm, list(example_inputs), "forward", patches=self.patches,
+        compiled = _compile(gm, list(example_inputs), "forward", _static_primals(gm), patches=self.patches,
                             device_index=self.device_index)
+        self.forward_partitioned = compiled.partitioned
         strides = compiled.output_strides
         if strides is not None and len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
@@ -433,11 +450,12 @@ class InductorCompilers:
             recorded, stride = self.saved_strides.get(id(val), (None, None))
             if recorded is val and not known_equal(val.stride(), stride):
                 inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
-        return _compile(gm, inputs, "backward", patches=self.patches, device_index=self.device_index)
+        return _compile(gm, inputs, "backward", _static_backward_inputs(gm, self.forward_partitioned),
+                        patches=self.patches, device_index=self.device_index)
 
     def inference(self, gm: fx.GraphModule, example_inputs):
         _keep_output_strides(gm, len(_output_nodes(gm)))
-        return _compile(gm, list(example_inputs), "inference", patches=self.patches,
+        return _compile(gm, list(example_inputs), "inference", _static_primals(gm), patches=self.patches,
                         device_index=self.device_index)
 
 

@@ -29,7 +29,7 @@ from aotgrad.functionalize import functionalize
 from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.partition import default_partition
 from aotgrad.partition.cost import storage_root
-from aotgrad.partition.graphs import copy_saved_aliases
+from aotgrad.partition.graphs import copy_saved_aliases, is_tangent
 from aotgrad.runtime.boxed import as_boxed, without_autocast
 from aotgrad.partition.inspection import report as partition_report
 from aotgrad.phases import CompileRecord, Origin, Phases, log_compiled, origin_of
@@ -137,7 +137,7 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
                  fn_name: str = "fn", origin: Origin | None = None,
                  load: Callable[[Any], Partitioned | None] | None = None,
                  store: Callable[[Partitioned], str] | None = None, cache_key: str | None = None,
-                 static_inputs: tuple[int, ...] = ()):
+                 static_primals: tuple[int, ...] = ()):
     """Compile `flat_fn(*tensors) -> flat outputs` for inputs like `example_args` (real or fake).
 
     Returns the runtime, the forward and backward graphs (None without a backward), the guard
@@ -146,8 +146,9 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
     `load(fake_mode)` and `store(partitioned)` (the disk cache) skip the trace on a hit and
     keep what was traced on a miss; `store` returns what it did, for the record; `cache_key` is
     the disk-cache entry they use (the compilers see it: `instantiate`). `origin` says where
-    the compile comes from in logs (default: `origin_of(fn_name)`). `static_inputs`: positions
-    of the inputs whose memory stays the same from call to call (parameters, buffers)."""
+    the compile comes from in logs (default: `origin_of(fn_name)`). `static_primals`: positions,
+    among `example_args`, of the inputs whose memory stays put from call to call (parameters,
+    buffers)."""
     # dynamic=True on real inputs: aotgrad makes the symbols (and checks their guards per call);
     # under torch.compile the symbolic fakes come with the inputs and dynamo guards them
     own_symbols = options.dynamic and detect_fake_mode(list(example_args)) is None
@@ -169,7 +170,7 @@ def compile_flat(flat_fn: Callable, example_args: Sequence[torch.Tensor], option
                 log.info("aotgrad %s: not stored in the disk cache: %s", fn_name,
                          phases.record.disk_cache.removeprefix("not stored: "))
     runtime = instantiate(partitioned, options, phases, cache_key=None if own_symbols else cache_key,
-                          static_inputs=static_inputs)
+                          static_primals=static_primals)
     record = phases.finish()
     return runtime, partitioned.forward, partitioned.backward, guard, record
 
@@ -232,19 +233,20 @@ def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Opti
 
 
 def instantiate(p: Partitioned, options: Options, phases: Phases, cache_key: str | None = None,
-                static_inputs: tuple[int, ...] = ()) -> Callable:
+                static_primals: tuple[int, ...] = ()) -> Callable:
     """Compile the graphs of `p` and put them behind the runtime.
 
     `cache_key`: the disk-cache entry `p` is stored under, which determines its graphs; each
     graph's `meta["aotgrad_cache_key"]` holds it for the compilers (aotgrad_inductor keeps
     Inductor's cache key per graph under it: inductor_keys.py). None: no such entry.
-    `static_inputs`: the primals whose memory stays put between calls, as the forward's
-    `meta["static_inputs"]` (aotgrad_inductor passes them to Inductor)."""
+    `static_primals`: the primals (the forward's first placeholders, in order) whose memory
+    stays put between calls, as the forward's `meta["static_primals"]` (aotgrad_inductor
+    passes them to Inductor: backends.InductorCompilers)."""
     record = phases.record
     record.forward, record.backward, record.epilogue = p.forward, p.backward, p.epilogue
     record.tangent_sources, record.grad_inputs = p.tangent_sources, p.grad_inputs
     p.forward.meta["writable_in_graph"] = _writable_in_graph(p.forward, p.epilogue)
-    p.forward.meta["static_inputs"] = tuple(static_inputs)
+    p.forward.meta["static_primals"] = tuple(static_primals)
     for gm in (p.forward, p.backward):
         if gm is not None and cache_key is not None:
             gm.meta["aotgrad_cache_key"] = cache_key
@@ -345,7 +347,7 @@ def _logging_variants(compiler: Callable, backward: fx.GraphModule, origin: Orig
     """`compiler` for the backward's variants (RuntimePlan.backward_without: calls where some
     outputs get no gradient), compiled at such a call: each variant's graph goes to PyTorch's
     logs (torch_logs.py) and its compile gets its info line, naming the tangents it lacks."""
-    tangents = [n.target for n in backward.graph.find_nodes(op="placeholder") if n.target.startswith("tangents")]
+    tangents = [n.target for n in backward.graph.find_nodes(op="placeholder") if is_tangent(n)]
 
     @functools.wraps(compiler)
     def compile_variant(gm: fx.GraphModule, example_inputs):
@@ -389,7 +391,7 @@ def _own_counter_results(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModul
     (or `.data` of it), which eager reads from the input's memory."""
     outs = next(iter(fw_gm.graph.find_nodes(op="output"))).args[0]
     saved_reads = [n for n in bw_gm.graph.find_nodes(op="placeholder")
-                   if not n.target.startswith("tangents")] if bw_gm is not None else []
+                   if not is_tangent(n)] if bw_gm is not None else []
 
     def own(r: int, node) -> bool:
         if not isinstance(node, torch.fx.Node):

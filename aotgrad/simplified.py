@@ -99,10 +99,8 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     examples = symbolic_examples(gm, example_inputs)
     if not any(_is_symbolic(v) for v in examples):
         compiled = AotFunction(_ModuleAsFunction(gm, names), options)
-        if isinstance(gm, fx.GraphModule):  # (dynamo's names: L_x_, L_self_modules_fc_parameters_weight_)
-            compiled.input_names = names + [node.target for node in gm.graph.find_nodes(op="placeholder")]
+        _describe_inputs(compiled, gm, names)
         compiled.disk_key = disk_cache.graph_key(gm, options)
-        compiled.static_inputs = _static_inputs(gm, len(params))
         compiled.precompile(*params, *examples)
         return _runner(compiled, params)
     # Symbolic sizes (torch.compile(dynamic=True), or automatic dynamic after a second size):
@@ -117,30 +115,25 @@ def compile_graph_module(gm: torch.nn.Module, example_inputs: Sequence[Any], opt
     compiled = AotFunction(_ModuleAsFunction(gm, names, sizes, frozenset(carried)),
                            dataclasses.replace(options, dynamic=True))
     compiled.disk_key = disk_cache.graph_key(gm, compiled.options)  # (not stored: the record says why)
-    if isinstance(gm, fx.GraphModule):
-        compiled.input_names = names + [node.target for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))
-                                        if i not in sizes]
-    compiled.static_inputs = _static_inputs(gm, len(params), skip=set(sizes))
+    _describe_inputs(compiled, gm, names, skip=set(sizes))
     compiled.precompile(*params, *[v for i, v in enumerate(examples) if i not in sizes])
     return _runner(compiled, params, skip=set(sizes), carried=carried)
 
 
-def _static_inputs(gm: torch.nn.Module, num_params: int, skip: set[int] = frozenset()) -> frozenset[int]:
-    """Positions, among the compiled function's inputs (`num_params` of the module's own
-    parameters and buffers, then the graph's inputs less those at `skip`), of those whose
-    memory stays put from call to call: the module's own, and the inputs Dynamo marks static
-    (a module's parameters and buffers, `_dynamo_static_input_type`), as PyTorch's
-    AOTAutograd reads them."""
-    static = set(range(num_params))
-    if isinstance(gm, fx.GraphModule):
-        position = num_params
-        for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
-            if i in skip:
-                continue
-            if node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type"):
-                static.add(position)
-            position += 1
-    return frozenset(static)
+def _describe_inputs(compiled: AotFunction, gm: torch.nn.Module, names: list[str], skip: set[int] = frozenset()) -> None:
+    """What `compiled` knows of its inputs (the module's own parameters and buffers `names`,
+    then the graph's placeholders less those at `skip`): their names, for the recompiles log
+    (dynamo's: L_x_, L_self_modules_fc_parameters_weight_), and which keep their memory from
+    call to call (`static_positions`): the module's own, and the inputs dynamo marks static (a
+    module's parameters and buffers: `_dynamo_static_input_type`), as PyTorch's AOTAutograd
+    reads them."""
+    compiled.static_positions = frozenset(range(len(names)))
+    if not isinstance(gm, fx.GraphModule):
+        return
+    inputs = [node for i, node in enumerate(gm.graph.find_nodes(op="placeholder")) if i not in skip]
+    compiled.input_names = names + [node.target for node in inputs]
+    compiled.static_positions |= {len(names) + k for k, node in enumerate(inputs)
+                                  if node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")}
 
 
 def _uncarried_sizes(examples: list, sizes: dict[int, Any]) -> list[int]:

@@ -7,12 +7,15 @@
 #   bash benchmarks/gpu_check.sh --bench                # every step: tests demo ca ddp steps zoo
 #   bash benchmarks/gpu_check.sh --zoo                  # tests demo zoo
 #   bash benchmarks/gpu_check.sh profile                # where resnet18's and mobilenetv2's step go
+#   bash benchmarks/gpu_check.sh ro                     # mode="reduce-overhead", static inputs on/off
 #
 # Steps: tests (the CUDA tests), demo, ca (compiled autograd with Inductor against eager's
 # backward), ddp (2 and 4 gloo ranks on the CPU cores), steps (inductor against
 # aotgrad_inductor, small models), zoo (four zoo models in bf16, inductor against
 # aotgrad_inductor), profile (torch.profiler on resnet18 and mobilenetv2 in bf16, inductor against
-# aotgrad_inductor: kernels, syncs, copies and top ops per step). PYTHON=... picks the interpreter.
+# aotgrad_inductor: kernels, syncs, copies and top ops per step), ro (torch.compile's
+# mode="reduce-overhead": inductor, aotgrad_inductor, and aotgrad_inductor without telling Inductor
+# its static inputs, on resnet18 and gpt2). PYTHON=... picks the interpreter.
 #
 # Written for the measured machines (torch 2.11 + CUDA, no network, nothing to install): aotgrad
 # is imported from this checkout through PYTHONPATH. Each step's output goes to the terminal and
@@ -46,8 +49,8 @@ case "${1:-}" in
 esac
 for name in "$@"; do  # every name checked before anything runs
     case "$name" in
-    tests|demo|ca|ddp|steps|zoo|profile) ;;
-    *) echo "unknown step '$name' (steps: tests demo ca ddp steps zoo profile; or --bench, --zoo)" >&2; exit 2 ;;
+    tests|demo|ca|ddp|steps|zoo|profile|ro) ;;
+    *) echo "unknown step '$name' (steps: tests demo ca ddp steps zoo profile ro; or --bench, --zoo)" >&2; exit 2 ;;
     esac
 done
 
@@ -81,6 +84,8 @@ for name in "$@"; do
     profile)  # issue 23: why the CNNs' CUDA steps are slower under aotgrad_inductor
         step profile_resnet18 200 "$PY" benchmarks/zoo_profile.py --model resnet18 --device cuda --variant bf16 --python-top 30
         step profile_mobilenetv2 200 "$PY" benchmarks/zoo_profile.py --model mobilenetv2 --device cuda --variant bf16 --python-top 30 ;;
+    ro)  # CUDA graphs: parameters and saved values as Inductor's static inputs, or copied at each replay
+        step reduce_overhead 180 "$PY" benchmarks/reduce_overhead.py --device cuda --models resnet18,gpt2 --iters 20 ;;
     esac
 done
 

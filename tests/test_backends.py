@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 from torch._inductor.decomposition import select_decomp_table
 
 import aotgrad  # noqa: F401  (registers the backends)
+from aotgrad import backends
 from aotgrad.backends import InductorCompilers
 from tests.threads import at_once
 
@@ -595,35 +597,65 @@ def test_inductors_repro_wrapper_runs_only_when_its_repro_is_asked_for(monkeypat
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_inductor_is_told_which_inputs_keep_their_memory(monkeypatch, dynamic):
-    """As PyTorch's AOTAutograd: the forward's parameters and buffers and the backward's saved
-    values are Inductor's `static_input_idxs` (on a GPU: no alignment check per call, no copy
-    into a CUDA graph's memory per replay); the batch and the tangents are not."""
+def _described(placeholder: fx.Node, value) -> str:
+    """"tangents_1", or a primal's or saved value's size and dtype ("(6, 5) float32")."""
+    if str(placeholder.target).startswith("tangents"):
+        return str(placeholder.target)
+    return f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _static_inputs_told_to_inductor(monkeypatch, backend: str, model: nn.Module, x: torch.Tensor, dynamic: bool):
+    """(each input described, static_input_idxs, graph) of each graph Inductor compiles for one
+    training step of `model` under `backend`; the gradients are checked against eager."""
     import torch._inductor.compile_fx as compile_fx
+    from torch._inductor.utils import fresh_cache
 
     seen = []
-    original = compile_fx.compile_fx_inner
+    original = compile_fx._compile_fx_inner  # (compile_fx_inner's own, which both backends reach)
 
     def recording(gm, example_inputs, **kwargs):
-        seen.append(([n.target for n in gm.graph.find_nodes(op="placeholder")], list(example_inputs),
-                     kwargs["static_input_idxs"]))
+        seen.append(([_described(n, v) for n, v in zip(gm.graph.find_nodes(op="placeholder"), example_inputs)],
+                     list(kwargs["static_input_idxs"]), gm))
         return original(gm, example_inputs, **kwargs)
 
-    monkeypatch.setattr(compile_fx, "compile_fx_inner", recording)
+    monkeypatch.setattr(compile_fx, "_compile_fx_inner", recording)
     torch._dynamo.reset()
-    model = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.Tanh())
-    twin = copy.deepcopy(model)
-    x = torch.randn(3, 5)
-    torch.compile(model, backend="aotgrad_inductor", dynamic=dynamic)(x).sum().backward()
-    twin(x).sum().backward()
+    twin, eager = copy.deepcopy(model), copy.deepcopy(model)
+    with fresh_cache():  # (else PyTorch's AOTAutograd cache may answer without compiling)
+        torch.compile(twin, backend=backend, dynamic=dynamic)(x).sum().backward()
+    eager(x).sum().backward()
     torch._dynamo.reset()
-    (fw_names, fw_inputs, fw_static), (bw_names, _, bw_static) = seen
-    state = len(list(model.parameters())) + len(list(model.buffers()))
-    batch = [i for i, v in enumerate(fw_inputs) if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[1] == 5
-             and v.shape[0] != 6]
-    assert len(batch) == 1 and len(fw_static) == state and batch[0] not in fw_static
-    assert all(isinstance(fw_inputs[i], torch.Tensor) for i in fw_static)
-    assert bw_static == [i for i, name in enumerate(bw_names) if not name.startswith("tangents")] and bw_static
-    for p, q in zip(model.parameters(), twin.parameters()):
+    for p, q in zip(eager.parameters(), twin.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+    return seen
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_inductor_is_told_which_inputs_keep_their_memory(monkeypatch, dynamic):
+    """As PyTorch's AOTAutograd tells it: the forward's parameters and buffers, and the
+    backward's saved values, are Inductor's `static_input_idxs` (on a GPU: no alignment check
+    per call, no copy into a CUDA graph's memory per replay); the batch and tangents are not."""
+    from torch._inductor.utils import count_tangents
+
+    model = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.Tanh())
+    x = torch.randn(3, 5)
+    *_, (fw, fw_static, _), (_, bw_static, bw_gm) = _static_inputs_told_to_inductor(
+        monkeypatch, "aotgrad_inductor", model, x, dynamic)
+    (pt, pt_static, _), _ = _static_inputs_told_to_inductor(monkeypatch, "inductor", model, x, dynamic)
+    state = len(list(model.parameters())) + len(list(model.buffers()))
+    assert len(fw_static) == state and len(pt_static) == state
+    assert sorted(fw[i] for i in fw_static) == sorted(pt[i] for i in pt_static)   # the same inputs
+    assert bw_static == list(range(count_tangents(bw_gm))) and bw_static
+
+
+def test_a_forward_inductor_cut_in_pieces_leaves_the_backward_only_its_primals_static():
+    graph = fx.Graph()
+    for name in ("primals_1", "primals_3", "mm", "tangents_1"):
+        graph.placeholder(name)
+    graph.output(())
+    gm = fx.GraphModule(nn.Module(), graph)
+    assert backends._static_backward_inputs(gm, forward_partitioned=False) == [0, 1, 2]
+    assert backends._static_backward_inputs(gm, forward_partitioned=True) == [0, 1]
+    gm.meta["static_primals"] = (0, 7)
+    with pytest.raises(AssertionError, match=r"static primals \[0, 7\] of a graph with 4 inputs"):
+        backends._static_primals(gm)

@@ -23,6 +23,8 @@ import operator
 import torch
 import torch.fx as fx
 
+from aotgrad.partition.graphs import is_tangent
+
 aten = torch.ops.aten
 _SUMS = (aten.add.Tensor, operator.add)
 
@@ -35,7 +37,7 @@ def without_tangents(bw_gm: fx.GraphModule, absent: set[int]) -> fx.GraphModule 
     env: dict[fx.Node, object] = {}
     gone: set[fx.Node] = set()          # nodes that are exactly zero (depend only on absent tangents)
     from_tangents: set[fx.Node] = set()
-    tangents = [n for n in bw_gm.graph.nodes if n.op == "placeholder" and n.target.startswith("tangents")]
+    tangents = [n for n in bw_gm.graph.nodes if n.op == "placeholder" and is_tangent(n)]
     for node in bw_gm.graph.nodes:
         if node.op == "placeholder":
             if node in tangents:

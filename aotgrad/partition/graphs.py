@@ -29,6 +29,12 @@ class JointParts:
                               # (min-cut may list a recomputed node twice: it runs twice)
 
 
+def is_tangent(placeholder: fx.Node) -> bool:
+    """Is this placeholder of a joint or backward graph a tangent (the joint names them
+    `tangents_1`, ...), rather than a primal or a saved value?"""
+    return str(placeholder.target).startswith("tangents")
+
+
 def ancestors(roots) -> set:
     """The nodes among `roots` (other values skipped) and every node they read, transitively."""
     seen: set = set()
@@ -44,8 +50,8 @@ def ancestors(roots) -> set:
 
 def split_joint(joint_gm: fx.GraphModule, num_fwd_outputs: int) -> JointParts:
     placeholders = [n for n in joint_gm.graph.nodes if n.op == "placeholder"]
-    primals = [n for n in placeholders if not n.target.startswith("tangents")]
-    tangents = [n for n in placeholders if n.target.startswith("tangents")]
+    primals = [n for n in placeholders if not is_tangent(n)]
+    tangents = [n for n in placeholders if is_tangent(n)]
     output = next(n for n in reversed(joint_gm.graph.nodes) if n.op == "output")
     outs = list(output.args[0])
     fw_outputs, grad_outputs = outs[:num_fwd_outputs], outs[num_fwd_outputs:]
@@ -290,7 +296,7 @@ def copy_saved_aliases(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule, mutated_inp
             aliases.add(node)
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     outs = list(output.args[0])
-    num_saved = sum(n.op == "placeholder" and not n.target.startswith("tangents") for n in bw_gm.graph.nodes)
+    num_saved = sum(n.op == "placeholder" and not is_tangent(n) for n in bw_gm.graph.nodes)
     first_saved = len(outs) - num_saved
     for k in range(first_saved, len(outs)):
         if outs[k] in aliases:

@@ -26,7 +26,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from aotgrad.partition.cost import fuses_inputs, is_view, storage_root
-from aotgrad.partition.graphs import tensor_bytes
+from aotgrad.partition.graphs import is_tangent, tensor_bytes
 
 # What a node's value is, for the simulation: a new storage, an alias of its first input's
 # storage (views), element k of a multi-output op (getitem), a tuple of new storages.
@@ -169,7 +169,7 @@ def _root_bytes(root: fx.Node) -> int:
 def _saved_outputs(fw_gm: fx.GraphModule, bw_gm: fx.GraphModule) -> dict[fx.Node, fx.Node]:
     """The backward's saved-value placeholders, each with the forward node it receives."""
     placeholders = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
-    num_saved = bw_gm.meta.get("num_saved", sum(not n.target.startswith("tangents") for n in placeholders))
+    num_saved = bw_gm.meta.get("num_saved", sum(not is_tangent(n) for n in placeholders))
     output = next(n for n in reversed(fw_gm.graph.nodes) if n.op == "output")
     outs = list(output.args[0])
     saved = outs[len(outs) - num_saved:] if num_saved else []
@@ -194,7 +194,11 @@ class Policy:
     one loop; values are forgotten only between loops. Inside one, a value the loop makes
     lives in registers and one it reads stays allocated until the loop ends: forgetting it
     there lowers no real peak, and its second computation is a node Inductor may give a
-    buffer of its own (albert's GELU backward: one more kernel)."""
+    buffer of its own (albert's GELU backward: one more kernel). Reductions do not end a loop
+    (a fusing compiler recomputes a pointwise value inside each kernel that reads it), so a
+    backward without library kernels is one loop and forgets nothing; where the graphs run
+    unfused (the `aotgrad` backend under a memory budget) that keeps some values longer than
+    the simulation would need."""
     keep_ratio: float
     horizon: float
 
@@ -310,7 +314,8 @@ def _keep_what_fits(table: Table, cost: list, run: _Run, timeline: tuple, peak: 
 class _Plan:
     """The values one saved set makes the backward compute: the tangent-dependent ones
     (in joint order) and the recomputed ones, with the tangent-dependent positions (in
-    that order) that need each recomputed value, directly or through other ones."""
+    that order) that need each recomputed value, directly or through other ones, and the
+    loop each tangent-dependent step is in (`loop_of`, see Policy)."""
 
     def __init__(self, backward: Backward, saved: set[int]):
         self.backward = backward
