@@ -8,6 +8,7 @@ another compiles waits, then looks again (`_cached`).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -166,7 +167,11 @@ class SyntheticBase:
     def run(self, runtime: Callable, tensors: Sequence[torch.Tensor], keep: Sequence[int]) -> list:
         outs = runtime(self.inputs(tensors, keep))
         for i, geometry in self.changed_geometry.items():
-            tensors[keep[i]].as_strided_(*geometry)  # (after the base's write-back)
+            tensor = tensors[keep[i]]
+            # (after the base's write-back) A leaf that requires grad can only have changed its
+            # geometry in place under no_grad (eager refuses it otherwise): so here too
+            with torch.no_grad() if tensor.is_leaf and tensor.requires_grad else contextlib.nullcontext():
+                tensor.as_strided_(*geometry)
         for k, i in self.returned_inputs.items():
             outs[k] = tensors[keep[i]]
         return outs
