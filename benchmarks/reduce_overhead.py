@@ -53,13 +53,8 @@ def selected(variant: str):
         backends._static_primals, backends._static_backward_inputs = _STATIC
 
 
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def allocated(device: str) -> float:
-    synchronize(device)
+    zoo._synchronize(device)
     return torch.cuda.memory_allocated() / 2**20 if device == "cuda" else float("nan")
 
 
@@ -80,11 +75,11 @@ def first_step(module, batch: dict, variant: str, device: str, expected: list, e
     with selected(variant) as backend, zoo._cold_cache():
         run = {"fn": torch.compile(twin, backend=backend, mode="reduce-overhead"),
                "optimizer": torch.optim.SGD(twin.parameters(), lr=1e-3), "times": []}
-        synchronize(device)
+        zoo._synchronize(device)
         start = time.perf_counter()
         loss = run["fn"](batch)
         loss.backward()
-        synchronize(device)
+        zoo._synchronize(device)
         run["first"] = time.perf_counter() - start
     run["loss"] = abs(float(loss.detach()) - eager_loss)
     top = max(float(e.abs().max()) for e in expected if e is not None)
@@ -110,11 +105,11 @@ def measure(name: str, device: str, iters: int, rounds: int) -> list[str]:
         for variant in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
             run = runs[variant]
             with selected(variant):
-                synchronize(device)
+                zoo._synchronize(device)
                 start = time.perf_counter()
                 for _ in range(iters):
                     step(run, batch)
-                synchronize(device)
+                zoo._synchronize(device)
             run["times"].append((time.perf_counter() - start) / iters)
     base = statistics.median(runs["inductor"]["times"])
     rows = []
