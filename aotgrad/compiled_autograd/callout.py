@@ -371,8 +371,8 @@ class Program:
         previous = getattr(_running, "call", None)
         call = _running.call = _Call(self.sites, objects)
         count = len(inputs)
-        # (the inputs' addresses and identities: a compiler may return an input as a gradient)
-        inputs_at = {} if self.as_python or not self.leaves else {t.data_ptr(): id(t) for t in inputs if t is not None}
+        # (a compiler may return an input as a gradient)
+        inputs_at = {} if self.as_python or not self.leaves else calls.input_addresses(inputs)
         try:
             results, _, grads = self.compiled(inputs, sizes)
         except Exception as e:

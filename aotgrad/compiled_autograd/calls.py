@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 
 import torch
 from torch.autograd.graph import GradientEdge
@@ -163,13 +164,19 @@ def accumulate_grad(variable: torch.Tensor, grad, may_steal: bool, hooks: dict |
         raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
+def input_addresses(inputs: list) -> dict:
+    """A graph's inputs by address, each as a weak reference, taken before the graph runs (and
+    may free them): a gradient at a freed input's address, even with its id(), is a new tensor."""
+    return {t.data_ptr(): weakref.ref(t) for t in inputs if t is not None}
+
+
 def accumulate_after_graph(leaves: list, grads, may_steal: tuple, inputs_at: dict, results=()) -> None:
     """AccumulateGrad for the gradients a graph returned instead of accumulating them as it ran
     (capture._accumulate_after_graph), in the engine's order. A tensor becomes a fresh `.grad`
     only where the graph made it for that leaf alone (`may_steal`) and nothing else can see its
     memory: a compiler may return one buffer for two equal computations (another leaf's
     gradient, one of the graph's `results`), or an input or a view of one for a no-op
-    (`inputs_at`: address -> id() of the graph's inputs, taken before it ran)."""
+    (`inputs_at`: address -> weak reference to the graph's input there, taken before it ran)."""
     taken = {r.data_ptr() for r in results if isinstance(r, torch.Tensor)} if results else set()
     for leaf, grad, steal in zip(leaves, grads, may_steal):
         if steal and grad.numel():
@@ -183,8 +190,8 @@ def _may_take(grad: torch.Tensor, inputs_at: dict, taken: set) -> bool:
     A tensor that is no view, the only one on its storage (the count includes the storage object
     `untyped_storage()` returns) and not an input itself owns its memory, even at an address an
     input had: the graph may have freed that input, and its memory is reused (on CUDA above
-    all). (A freed input's id() reused by `grad` only makes it a copy.) A view, and the base it
-    keeps, must be at no input's address."""
+    all), and `grad` may even have the freed input's id(): only a live input is compared. A view,
+    and the base it keeps, must be at no input's address."""
     address = grad.data_ptr()
     if address in taken:
         return False
@@ -193,7 +200,8 @@ def _may_take(grad: torch.Tensor, inputs_at: dict, taken: set) -> bool:
     if base is not None:
         return holders <= 3 and address not in inputs_at and base.data_ptr() not in inputs_at and \
             base.data_ptr() not in taken
-    return holders <= 2 and inputs_at.get(address) != id(grad)
+    there = inputs_at.get(address)
+    return holders <= 2 and (there is None or there() is not grad)
 
 
 def _materialized(ctx, grads: list) -> list:
