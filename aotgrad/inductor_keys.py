@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -41,7 +42,7 @@ FOLDER = "inductor"
 _lock = threading.Lock()
 _answers: dict[int, tuple[fx.GraphModule, str, bool]] = {}  # id(gm) -> (gm, Inductor key, hit only), in its compile
 _wrapped: list = []  # Inductor's own FxGraphCache.prepare_key and load_with_key while `answering` wraps them
-_torch_key_primed = False
+_source_keys_primed = False
 _TORCH_KEY_EXTRA_FILES = ("codegen/aoti_runtime/interface.cpp", "script.ld")  # (torch_key reads them too)
 
 
@@ -173,7 +174,7 @@ def _context_key(fx_kwargs: dict) -> str | None:
     flags, the device and compiler, custom passes). None if Inductor would not cache."""
     from torch._inductor.codecache import FxGraphHashDetails, FxGraphCachePickler
 
-    _prime_torch_key()
+    _prime_source_keys()
     graph = fx.Graph()
     graph.output(())
     empty = fx.GraphModule(torch.nn.Module(), graph)
@@ -185,33 +186,93 @@ def _context_key(fx_kwargs: dict) -> str | None:
         return None
 
 
-# -- torch's source hash ------------------------------------------------------------
+# -- torch's and Triton's source hashes ---------------------------------------------
 
-def _prime_torch_key() -> None:
-    """Give Inductor its hash of torch's source files (`torch_key`, 0.1-0.2 s to read and hash
-    them all) from the cache folder when no file changed since it was stored: the same test
-    Python makes before it uses a .pyc (each file's size and modification time). Else Inductor
-    computes it, and it is stored for the next process. Once per process."""
-    global _torch_key_primed
-    if _torch_key_primed:
+def _prime_source_keys() -> None:
+    """Give Inductor its hashes of torch's source (`torch_key`: 0.1-0.2 s to read and hash every
+    module) and, where Triton is installed, of Triton's (`triton_key`: 0.36 s, most of it the
+    505 MB libtriton.so of torch 2.14's CUDA wheel) from the cache folder when no file they read
+    changed since they were stored: the test Python makes before it uses a .pyc (each file's
+    size and modification time). Else Inductor computes them, and they are stored for the next
+    process. Once per process."""
+    global _source_keys_primed
+    if _source_keys_primed:
         return
-    _torch_key_primed = True
+    _source_keys_primed = True
     try:
-        from torch._inductor.codecache import torch_key
+        from torch._inductor import codecache
     except ImportError:
         return
-    if not hasattr(torch_key, "set"):
+    _prime("torch_key", getattr(codecache, "torch_key", None), _torch_files_digest)
+    triton = _triton_folder()
+    if triton is not None:
+        _prime("triton_key", getattr(codecache, "triton_key", None), lambda: _files_digest(triton))
+
+
+def _prime(name: str, inductors_key, files_digest) -> None:
+    """Inductor's cached `inductors_key()` (a prefetchable cache, with `set`) from the file kept
+    for `name`, or computed and kept; `files_digest()` stands for the files it reads."""
+    if not hasattr(inductors_key, "set"):
         return
-    path = _path(hashlib.sha256(b"torch_key").hexdigest())  # (laid out as the keys are: evicted, cleared alike)
-    files = _torch_files_digest()
+    path = _path(hashlib.sha256(name.encode()).hexdigest())  # (laid out as the keys are: evicted, cleared alike)
+    files = files_digest()
     stored = _read_json(path)
     if stored is not None and stored.get("files") == files and stored.get("torch") == torch.__version__:
-        with contextlib.suppress(RuntimeError, ValueError):  # (already computed in this process)
-            torch_key.set(bytes.fromhex(stored["key"]))
-        return
-    data = json.dumps({"torch": torch.__version__, "files": files, "key": torch_key().hex()}).encode()
+        try:
+            inductors_key.set(_decoded(stored["key"]))
+            return
+        except RuntimeError:  # (computed in this process already)
+            return
+        except (ValueError, KeyError, TypeError):  # (not what this code writes: computed and written again)
+            pass
+    value = inductors_key()
+    data = json.dumps({"torch": torch.__version__, "files": files, "key": _encoded(value)}).encode()
     with contextlib.suppress(OSError):
         cache_folder.write_atomically(path, data)
+
+
+def _encoded(value) -> list:
+    """A key's value for JSON, with its type: bytes (torch_key), str or None (triton_key)."""
+    return ["bytes", value.hex()] if isinstance(value, bytes) else ["str" if value is not None else "none", value]
+
+
+def _decoded(stored: list):
+    kind, value = stored
+    if kind == "bytes":
+        return bytes.fromhex(value)
+    if (kind == "str" and isinstance(value, str)) or (kind == "none" and value is None):
+        return value
+    raise ValueError(f"not a stored key: {stored!r}")
+
+
+def _triton_folder() -> str | None:
+    """Triton's package folder, found without importing it; None where it is not installed."""
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _files_digest(root: str) -> str:
+    """A digest of the path, size and modification time of every module and library under
+    `root`, every folder included (Triton's key reads some of them, and its libtriton)."""
+    hasher = hashlib.sha256(root.encode())
+    for folder, subfolders, names in os.walk(root):
+        subfolders.sort()
+        _add_files(hasher, [os.path.join(folder, name) for name in sorted(names) if name.endswith((".py", ".so", ".pyd"))])
+    return hasher.hexdigest()
+
+
+def _add_files(hasher, paths: list) -> None:
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        hasher.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
 
 
 def _torch_files_digest(root: str | None = None) -> str:
@@ -224,12 +285,7 @@ def _torch_files_digest(root: str | None = None) -> str:
     for folder, subfolders, names in os.walk(root):
         subfolders[:] = sorted(d for d in subfolders if os.path.exists(os.path.join(folder, d, "__init__.py")))
         paths = [os.path.join(folder, name) for name in sorted(names) if name.endswith((".py", ".so", ".pyd"))]
-        for path in paths + (extra if folder == root else []):
-            try:
-                stat = os.stat(path)
-            except OSError:
-                continue
-            hasher.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        _add_files(hasher, paths + (extra if folder == root else []))
     return hasher.hexdigest()
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import json
 import os
 
 import pytest
@@ -258,43 +260,110 @@ def test_a_stored_key_that_is_no_key_is_deleted(cache):
     assert inductor_keys.known("ab" * 32) is None and not path.exists()
 
 
-# -- torch's source hash ------------------------------------------------------------
+# -- torch's and Triton's source hashes ----------------------------------------------
 
-@pytest.fixture
-def torch_key(monkeypatch):
-    """Inductor's `torch_key` as a fresh, unset cache in this process: what a new process has."""
+def _fresh_key(monkeypatch, name: str, value):
+    """Inductor's `codecache.<name>` as a fresh, unset cache in this process (what a new process
+    has) returning `value`, with the list of times it computed; aotgrad not primed yet."""
     from torch.utils._functools import prefetchable_cache
 
     computed = []
 
     @prefetchable_cache
-    def fresh_torch_key() -> bytes:
+    def fresh_key():
         computed.append(True)
-        return b"\x01" * 32
-    fresh_torch_key.computed = computed
-    monkeypatch.setattr(codecache, "torch_key", fresh_torch_key)
-    monkeypatch.setattr(inductor_keys, "_torch_key_primed", False)
-    return fresh_torch_key
+        return value
+    fresh_key.computed = computed
+    monkeypatch.setattr(codecache, name, fresh_key)
+    monkeypatch.setattr(inductor_keys, "_source_keys_primed", False)
+    return fresh_key
+
+
+def _next_process(monkeypatch, *keys) -> None:
+    for key in keys:
+        key.clear()
+        key.computed.clear()
+    monkeypatch.setattr(inductor_keys, "_source_keys_primed", False)
+
+
+@pytest.fixture
+def torch_key(monkeypatch):
+    monkeypatch.setattr(inductor_keys, "_triton_folder", lambda: None)
+    return _fresh_key(monkeypatch, "torch_key", b"\x01" * 32)
+
+
+@pytest.fixture
+def triton_key(monkeypatch, tmp_path):
+    """Inductor's `triton_key` fresh, for a Triton installed in a folder of the test's."""
+    folder = tmp_path / "triton"
+    (folder / "_C").mkdir(parents=True)
+    (folder / "__init__.py").write_text("__version__ = '3.8.0'\n")
+    (folder / "_C" / "libtriton.so").write_bytes(b"\0" * 64)
+    monkeypatch.setattr(inductor_keys, "_triton_folder", lambda: str(folder))
+    _fresh_key(monkeypatch, "torch_key", b"\x01" * 32)
+    key = _fresh_key(monkeypatch, "triton_key", "3.8.0-abc-def")
+    key.folder = folder
+    return key
 
 
 def test_torch_key_comes_from_the_cache_folder_while_no_torch_file_changed(cache, torch_key, monkeypatch):
-    inductor_keys._prime_torch_key()  # a first process: computed, then stored
+    inductor_keys._prime_source_keys()  # a first process: computed, then stored
     assert torch_key.computed == [True]
-    torch_key.clear()
-    torch_key.computed.clear()
-    monkeypatch.setattr(inductor_keys, "_torch_key_primed", False)
-    inductor_keys._prime_torch_key()  # a second one: read
+    _next_process(monkeypatch, torch_key)
+    inductor_keys._prime_source_keys()  # a second one: read
     assert torch_key() == b"\x01" * 32 and torch_key.computed == []
 
 
 def test_torch_key_is_computed_again_when_a_torch_file_changed(cache, torch_key, monkeypatch):
-    inductor_keys._prime_torch_key()
-    torch_key.clear()
-    torch_key.computed.clear()
-    monkeypatch.setattr(inductor_keys, "_torch_key_primed", False)
+    inductor_keys._prime_source_keys()
+    _next_process(monkeypatch, torch_key)
     monkeypatch.setattr(inductor_keys, "_torch_files_digest", lambda: "another digest")
-    inductor_keys._prime_torch_key()
+    inductor_keys._prime_source_keys()
     assert torch_key.computed == [True]
+
+
+def test_triton_key_comes_from_the_cache_folder_while_no_triton_file_changed(cache, triton_key, monkeypatch):
+    """Triton's key hashes its 505 MB libtriton (0.36 s a process, torch 2.14's CUDA wheel)."""
+    inductor_keys._prime_source_keys()
+    assert triton_key.computed == [True]
+    _next_process(monkeypatch, triton_key, codecache.torch_key)
+    inductor_keys._prime_source_keys()
+    assert triton_key() == "3.8.0-abc-def" and triton_key.computed == []
+    assert codecache.torch_key.computed == []  # (each kept in a file of its own)
+
+
+def test_triton_key_is_computed_again_when_a_triton_file_changed(cache, triton_key, monkeypatch):
+    inductor_keys._prime_source_keys()
+    library = triton_key.folder / "_C" / "libtriton.so"
+    stat = library.stat()
+    os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1000))  # a reinstall, same size
+    _next_process(monkeypatch, triton_key)
+    inductor_keys._prime_source_keys()
+    assert triton_key.computed == [True]
+    _next_process(monkeypatch, triton_key)
+    inductor_keys._prime_source_keys()  # the new key was kept
+    assert triton_key.computed == []
+
+
+@pytest.mark.parametrize("value", [b"\x00\xff" * 16, "3.8.0-abc", None], ids=["bytes", "str", "none"])
+def test_a_kept_key_comes_back_with_its_type(value):
+    """torch_key is bytes; triton_key a str, or None where Triton is there but unusable."""
+    assert inductor_keys._decoded(inductor_keys._encoded(value)) == value
+    with pytest.raises(ValueError):
+        inductor_keys._decoded(["str", None])
+
+
+def test_a_kept_key_in_another_format_is_computed_again(cache, torch_key, monkeypatch):
+    inductor_keys._prime_source_keys()
+    path = inductor_keys._path(hashlib.sha256(b"torch_key").hexdigest())
+    stored = json.loads(path.read_bytes())
+    path.write_bytes(json.dumps(dict(stored, key="0101")).encode())  # (an older aotgrad's format)
+    _next_process(monkeypatch, torch_key)
+    inductor_keys._prime_source_keys()
+    assert torch_key.computed == [True]
+    _next_process(monkeypatch, torch_key)
+    inductor_keys._prime_source_keys()  # rewritten in this format
+    assert torch_key.computed == []
 
 
 def test_the_digest_of_torchs_files_follows_their_sizes_and_times(tmp_path):
