@@ -23,6 +23,8 @@ Tour: one function through every stage.
 5. the graph compiler (aotgrad.nop, or Inductor) compiles both graphs.
 6. runtime/: an autograd.Function runs them; an epilogue writes back mutated
    inputs and rebuilds outputs that alias inputs.
+persistence/ keeps what steps 1-5 made on disk (config.cache_dir): a second process
+starts at step 5.
 
 Glossary:
   primal   an input of the traced function (primals_1 ...)

@@ -33,7 +33,7 @@ def _explain(argv: list[str]) -> int:
 
 
 def _cache(argv: list[str]) -> int:
-    from aotgrad import cache_folder
+    from aotgrad.persistence import cache_folder
 
     return cache_folder.main(argv)
 

@@ -21,7 +21,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
 
-from aotgrad import disk_cache
+from aotgrad.persistence import disk_cache
 from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs, unknown_option_error
 from aotgrad.phases import Origin, origin_of
 from aotgrad.pipeline import Options, compile_flat

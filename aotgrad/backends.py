@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
-from aotgrad import config, inductor_keys
+from aotgrad import config
+from aotgrad.persistence import inductor_keys
 from aotgrad.analysis import known_equal
 from aotgrad.api import aot_module_simplified, nop
 from aotgrad.distributed.ddp import compile_in_ddp

@@ -52,7 +52,7 @@ def _default_cache_dir() -> str | None:
 # the same torch.compile graph for the same inputs skips tracing and partitioning. A directory
 # (created on first store, private: entries are pickles, so aotgrad uses no folder that others
 # may write), or None for no disk cache. Read on every compile. `python -m aotgrad cache clear`
-# (or `aotgrad.disk_cache.clear()`) empties it.
+# (or `aotgrad.persistence.disk_cache.clear()`) empties it.
 cache_dir = _default_cache_dir()
 # The most the disk cache folder may hold, in MiB (2**20 bytes), or None for no limit: after each
 # store, the least recently used files (entries and code; a hit counts as a use) are deleted

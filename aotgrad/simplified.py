@@ -17,7 +17,7 @@ from torch._guards import TracingContext
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from aotgrad import disk_cache
+from aotgrad.persistence import disk_cache
 from aotgrad.api import AotFunction, Options, size_carrier
 from aotgrad.trace import GraphRecorder, UserGraphRunner
 

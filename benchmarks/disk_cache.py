@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 import aotgrad
-from aotgrad import disk_cache, phases
+from aotgrad import phases
+from aotgrad.persistence import disk_cache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_and_step import MODELS, Capture, capture_graph, make_model  # noqa: E402

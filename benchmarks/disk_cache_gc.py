@@ -31,7 +31,7 @@ from torch._guards import tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import aotgrad
-from aotgrad import disk_cache
+from aotgrad.persistence import disk_cache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_and_step import GPT, SIZES, capture_graph, make_inputs  # noqa: E402

@@ -467,7 +467,7 @@ def test_joint_passes_are_keyed_on_the_inductor_settings_they_read():
     from torch._inductor import config as inductor_config
 
     from aotgrad.backends import _InductorJointPasses
-    from aotgrad.disk_cache import NotCacheable, _callable_text
+    from aotgrad.persistence.disk_cache import NotCacheable, _callable_text
 
     partition = aotgrad.min_cut_rematerialization_partition
     default = _callable_text(_InductorJointPasses(partition))

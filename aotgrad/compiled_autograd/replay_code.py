@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from aotgrad import generated
+from aotgrad.persistence import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd import key as parts
 from aotgrad.compiled_autograd import kinds

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
-from aotgrad import generated
+from aotgrad.persistence import generated
 
 
 def is_boxed(fn: Callable) -> bool:

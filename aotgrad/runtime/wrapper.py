@@ -50,7 +50,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.utils._pytree as pytree
 
-from aotgrad import generated
+from aotgrad.persistence import generated
 from aotgrad.analysis import OutputKind
 
 MISS = object()  # call_code's answer when a call's inputs are not the entry's

@@ -1,4 +1,4 @@
-"""Inductor's cache keys kept by aotgrad (aotgrad/inductor_keys.py): a warm compile hands Inductor
+"""Inductor's cache keys kept by aotgrad (aotgrad/persistence/inductor_keys.py): a warm compile hands Inductor
 the key its cache stored each graph under instead of having it hash the graph again; a change
 in anything Inductor keys on (its config here) is keyed again; a key whose graph Inductor's
 cache lost compiles and is found again; torch's source hash comes from the cache folder only
@@ -24,7 +24,7 @@ from torch._higher_order_ops.wrap import wrap
 from torch._inductor.utils import fresh_cache
 
 import aotgrad
-from aotgrad import inductor_keys
+from aotgrad.persistence import inductor_keys
 from aotgrad.counting import counters
 from tests.test_backends import TwoOutputs, _assert_buffers_as_eagers
 

@@ -1,4 +1,4 @@
-"""Generated source (aotgrad/generated.py): the code objects are kept on disk, so a second
+"""Generated source (aotgrad/persistence/generated.py): the code objects are kept on disk, so a second
 process reads them instead of compiling; tracebacks name this call's file; a corrupt file is
 rejected, deleted and compiled again; with the cache off nothing is written; in a folder others
 may write nothing is read or written."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import aotgrad
-from aotgrad import cache_folder, generated
+from aotgrad.persistence import cache_folder, disk_cache, generated
 
 SOURCE = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return [x * i for i in range(3)]\n"
 
@@ -79,7 +79,7 @@ def test_the_cache_off_writes_nothing(cache, monkeypatch):
 
 def test_clear_deletes_the_code_too(cache):
     generated.define(SOURCE, "<first>", {}, "f")
-    assert aotgrad.disk_cache.clear() == 0  # no graph entries
+    assert disk_cache.clear() == 0  # no graph entries
     assert code_files(cache) == []
 
 

@@ -40,9 +40,10 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
-from aotgrad import cache_folder, config, graph_pickle
+from aotgrad import config
+from aotgrad.persistence import cache_folder, graph_pickle
 from aotgrad.counting import counters
-from aotgrad.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_data
+from aotgrad.persistence.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_data
 
 log = logging.getLogger("aotgrad")
 
@@ -118,9 +119,10 @@ def entry_key(graph: str, call_key: tuple) -> EntryKey:
     return key
 
 
-def _digest_of_source() -> str:
+def _digest_of_source(package: Path = Path(__file__).resolve().parent.parent) -> str:
+    """sha256 of every module of the `aotgrad` package (this module's parent's folder), by
+    path and bytes."""
     digest = hashlib.sha256()
-    package = Path(__file__).resolve().parent
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode())
         digest.update(path.read_bytes())

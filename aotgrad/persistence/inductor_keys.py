@@ -9,6 +9,7 @@ then loads as usual (`answering`). PyTorch's AOTAutograd cache does the same wit
 
     <config.cache_dir>/inductor/3f/3f9c...   Inductor's key for (entry, role, Inductor context)
     <config.cache_dir>/inductor/70/70a0...   torch's source hash, with the files' sizes and times
+    <config.cache_dir>/inductor/81/8118...   Triton's source hash alike, where Triton is installed
 
 In: the graph's `gm.meta["aotgrad_cache_key"]` (its entry, set by pipeline.instantiate; absent
 where the entry cannot be keyed) and its role (forward, backward with its tangents, inference).
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from aotgrad import cache_folder
+from aotgrad.persistence import cache_folder
 from aotgrad.counting import counters
 
 log = logging.getLogger("aotgrad")

@@ -1,6 +1,6 @@
-"""`aotgrad cache info|clear` (aotgrad/cache_folder.py's `main`), run through
+"""`aotgrad cache info|clear` (aotgrad/persistence/cache_folder.py's `main`), run through
 aotgrad.__main__.main on a cache folder of the test's own. (Who may write the folder, and
-the size limit, are tested through the disk cache: tests/test_disk_cache.py.)"""
+the size limit, are tested through the disk cache: tests/persistence/test_disk_cache.py.)"""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 import aotgrad
-from aotgrad import cache_folder
+from aotgrad.persistence import cache_folder
 from aotgrad.__main__ import main
 
 

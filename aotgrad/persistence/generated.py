@@ -18,7 +18,7 @@ import types
 from pathlib import Path
 from typing import Callable
 
-from aotgrad import cache_folder
+from aotgrad.persistence import cache_folder
 
 log = logging.getLogger("aotgrad")
 

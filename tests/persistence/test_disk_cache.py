@@ -1,4 +1,4 @@
-"""The disk cache (aotgrad/disk_cache.py): a second process loads what the first traced and
+"""The disk cache (aotgrad/persistence/disk_cache.py): a second process loads what the first traced and
 partitioned, and the loaded graphs behave as a fresh compile's (outputs, grads, BatchNorm
 statistics, output aliases, printed graphs); every part of the key invalidates; what is not
 stored says why; loads pause the garbage collector; the size limit evicts the least recently
@@ -29,7 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import aotgrad
-from aotgrad import cache_folder, disk_cache, generated, graph_pickle, phases
+from aotgrad import phases
+from aotgrad.persistence import cache_folder, disk_cache, generated, graph_pickle
 from aotgrad.printing import format_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,9 +140,9 @@ def test_aotgrad_inductor_loads_a_conv_net_and_matches_eager(cache):
 
 
 WORKER = """
-import json, sys, torch, aotgrad
+import json, sys, torch, aotgrad, aotgrad.persistence.disk_cache
 from {module} import Net, net_and_input, train_step
-aotgrad.disk_cache.SOURCE_DIGEST = sys.argv[1]  # as the test's: aotgrad may be edited meanwhile
+aotgrad.persistence.disk_cache.SOURCE_DIGEST = sys.argv[1]  # as the test's: aotgrad may be edited meanwhile
 model, x = net_and_input()
 result = train_step(model, x, "aotgrad")
 print(json.dumps({"counters": aotgrad.counters["disk_cache"], "graphs": result["graphs"],
@@ -153,7 +154,7 @@ print(json.dumps({"counters": aotgrad.counters["disk_cache"], "graphs": result["
 def run_worker(cache: Path, code: str, *args: str) -> subprocess.Popen:
     """`python -c code *args` with this test's cache folder. It imports this file under the name
     pytest gave it: the module of the model's classes is part of the graph's key."""
-    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    path = os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent)])
     env = {**os.environ, "AOTGRAD_CACHE_DIR": str(cache), "PYTHONPATH": path}
     code = code.replace("{module}", __name__)
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -323,6 +324,22 @@ def test_changing_one_key_part_misses_and_the_old_entry_still_hits(cache, part, 
         assert compile_graph(changed_gm, changed_x, **options) == "stored"
     assert compile_graph(gm, x) == "hit"
     assert aotgrad.counters["disk_cache"]["rejected"] == 0 and len(entries(cache)) == 2
+
+
+def test_the_source_digest_covers_every_module_of_the_package(tmp_path):
+    """The entries' source digest reads all of aotgrad, not only persistence/ where it lives: an
+    edit to any stage changes the graphs an entry would hold, so it must miss."""
+    package = Path(aotgrad.__file__).parent
+    assert disk_cache._digest_of_source() == disk_cache._digest_of_source(package)
+    copied = tmp_path / "aotgrad"
+    for path in package.rglob("*.py"):
+        (copied / path.relative_to(package)).parent.mkdir(parents=True, exist_ok=True)
+        (copied / path.relative_to(package)).write_bytes(path.read_bytes())
+    before = disk_cache._digest_of_source(copied)
+    assert before == disk_cache._digest_of_source(package)
+    with open(copied / "runtime" / "function.py", "a") as f:
+        f.write("# edited\n")
+    assert disk_cache._digest_of_source(copied) != before
 
 
 def test_requires_grad_of_an_input_is_in_the_key(cache):
@@ -717,7 +734,7 @@ def test_entry_whose_graphs_disagree_with_their_facts_is_rejected(cache, monkeyp
 WRITER = """
 import json, os, sys, time, torch, aotgrad
 from pathlib import Path
-from aotgrad import disk_cache
+from aotgrad.persistence import disk_cache
 from {module} import compile_graph, entries, load_entry, traced_net
 go = Path(sys.argv[1])
 disk_cache.SOURCE_DIGEST = sys.argv[2]
