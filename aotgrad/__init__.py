@@ -41,9 +41,9 @@ from aotgrad import testing
 from aotgrad.backends import register as _register_backends
 from aotgrad import compiled_autograd
 from aotgrad import distributed
-from aotgrad.explain import explain
+from aotgrad.tooling.explain import explain
 from aotgrad.hops import trace_wrapped
-from aotgrad.counting import counters  # a defaultdict of Counters, like torch._dynamo.utils.counters
+from aotgrad.observe.counting import counters  # a defaultdict of Counters, like torch._dynamo.utils.counters
 
 __version__ = "0.1.0"
 

@@ -14,13 +14,13 @@ PROG = "aotgrad"
 
 
 def _demo(argv: list[str]) -> int:
-    from aotgrad import demo
+    from aotgrad.tooling import demo
 
     return demo.main(argv)
 
 
 def _report(argv: list[str]) -> int:
-    from aotgrad import report
+    from aotgrad.tooling import report
 
     return report.main(argv)
 
@@ -29,7 +29,7 @@ def _explain(argv: list[str]) -> int:
     import importlib
 
     # (`from aotgrad import explain` is the function aotgrad.explain, not its module)
-    return importlib.import_module("aotgrad.explain").main(argv)
+    return importlib.import_module("aotgrad.tooling.explain").main(argv)
 
 
 def _cache(argv: list[str]) -> int:

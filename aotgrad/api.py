@@ -23,9 +23,9 @@ from torch._guards import detect_fake_mode
 
 from aotgrad.persistence import disk_cache
 from aotgrad.errors import MutatedAliasedInputsError, UnsupportedError, reject_sparse_inputs, unknown_option_error
-from aotgrad.phases import Origin, origin_of
+from aotgrad.observe.phases import Origin, origin_of
 from aotgrad.pipeline import Options, compile_flat
-from aotgrad.torch_logs import log_recompile
+from aotgrad.observe.torch_logs import log_recompile
 from aotgrad.runtime.boxed import boxed_graph
 from aotgrad.runtime.wrapper import MISS, call_code
 

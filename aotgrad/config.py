@@ -92,10 +92,11 @@ def _is_partitioner(value) -> bool:
     return isinstance(value, str) and value in ("default", "min_cut")
 
 
-def _is_log_level(value) -> bool:
-    from aotgrad.logs import LEVELS  # logs.py reads the knob the same way (`_level_of`)
+_LOG_LEVELS = ("warning", "info", "debug")  # (logs.py maps each to logging's level)
 
-    return isinstance(value, str) and value.strip().lower() in LEVELS
+
+def _is_log_level(value) -> bool:
+    return isinstance(value, str) and value.strip().lower() in _LOG_LEVELS
 
 
 def _is_size_limit(value) -> bool:
@@ -133,7 +134,7 @@ _KNOBS: dict[str, _Knob] = {
                        "or os.PathLike"),
     "cache_size_limit_mb": _Knob(_is_size_limit, "None (no limit) or a non-negative number of MiB, not a "
                                  "bool (the most the disk cache folder may hold)"),
-    "log_level": _Knob(_is_log_level, "'warning', 'info' or 'debug' (any case)", ("warning", "info", "debug")),
+    "log_level": _Knob(_is_log_level, "'warning', 'info' or 'debug' (any case)", _LOG_LEVELS),
     "check_graphs": _BOOL,
 }
 

@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_and_step import make_model  # noqa: E402
 
 import aotgrad  # noqa: E402
-from aotgrad import compiled_autograd  # noqa: E402
+from aotgrad import compiled_autograd  # noqa: E402  # noqa: E402
 from aotgrad.compiled_autograd.walk import gradient_edge, walk  # noqa: E402
 
 CONFIGS = ["eager", "aotgrad+inductor", "aotgrad+nop", "pytorch+inductor", "pytorch+nop"]

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 import aotgrad
-from aotgrad import phases
+from aotgrad.observe import phases
 from aotgrad.persistence import disk_cache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

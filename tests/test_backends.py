@@ -499,7 +499,7 @@ def test_a_graph_from_aotgrads_disk_cache_hits_inductors_graph_cache():
     from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
 
-    from aotgrad import phases
+    from aotgrad.observe import phases
 
     model, x = TwoOutputs(), torch.randn(4, 8)
     with fresh_cache():
@@ -521,7 +521,7 @@ def test_the_graphs_aotgrad_keeps_are_as_partitioned_not_as_inductor_rewrote_the
     which the report shows and later backward variants are cut from, do not depend on whether
     this process compiled them or Inductor loaded them from its cache (gpt2's first warm process
     compiled its variant again: the variant's code, Inductor's key, differed)."""
-    from aotgrad import phases
+    from aotgrad.observe import phases
 
     class Flatten(nn.Module):
         def __init__(self):

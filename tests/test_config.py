@@ -134,7 +134,7 @@ def test_a_valid_value_is_set_as_given(name, value):
 
 
 def test_a_log_level_the_knob_takes_is_one_logs_applies():
-    from aotgrad import logs
+    from aotgrad.observe import logs
 
     config.log_level = " Info "
     try:

@@ -88,7 +88,7 @@ def test_a_backward_with_symbolic_shapes_is_compiled_with_the_forward():
 
 
 def test_a_torch_compile_step_compiles_its_backward_at_the_first_backward():
-    from aotgrad import phases
+    from aotgrad.observe import phases
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     compiled = torch.compile(model, backend="aotgrad")

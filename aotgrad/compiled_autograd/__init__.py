@@ -50,7 +50,7 @@ def enable(compiler_fn: Callable):
 @contextlib.contextmanager
 def _enabled(compiler_fn: Callable):
     from aotgrad import config
-    from aotgrad.logs import apply_log_level
+    from aotgrad.observe.logs import apply_log_level
 
     apply_log_level()  # AOTGRAD_LOG / config.log_level
     verbose = bool(config.compiled_autograd_verbose)

@@ -18,7 +18,7 @@ from aotgrad.compiled_autograd import key as parts
 from aotgrad.compiled_autograd.key import STEP_HOOKS, STEP_VALUES
 
 HEADER = len(parts.HEADER)  # key entries before the first step's
-from aotgrad.counting import counters
+from aotgrad.observe.counting import counters
 
 _graphs: dict[tuple, list["Entry"]] = {}   # (compiler id, structure) -> entries, newest first
 _compilers: dict[int, Callable] = {}        # kept alive: their ids stay theirs

@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from aotgrad import config
-from aotgrad.counting import counters
+from aotgrad.observe.counting import counters
 from aotgrad.distributed import DEFAULT_FIRST_BUCKET_BYTES, DDPOptimizer
 
 log = logging.getLogger("aotgrad.distributed")

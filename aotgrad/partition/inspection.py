@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 
 from aotgrad.partition.graphs import tensor_bytes
-from aotgrad.printing import annotation, source_line
+from aotgrad.observe.printing import annotation, source_line
 
 
 @dataclass(frozen=True)

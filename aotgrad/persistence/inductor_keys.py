@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 
 from aotgrad.persistence import cache_folder
-from aotgrad.counting import counters
+from aotgrad.observe.counting import counters
 
 log = logging.getLogger("aotgrad")
 

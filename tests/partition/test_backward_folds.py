@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import aotgrad
-from aotgrad import phases
+from aotgrad.observe import phases
 from aotgrad.partition.graphs import _fold_double_transposes, _fold_keepdim_sums
 
 aten = torch.ops.aten

@@ -29,9 +29,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import aotgrad
-from aotgrad import phases
+from aotgrad.observe import phases
 from aotgrad.persistence import cache_folder, disk_cache, generated, graph_pickle
-from aotgrad.printing import format_graph
+from aotgrad.observe.printing import format_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 

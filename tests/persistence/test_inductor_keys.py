@@ -25,7 +25,7 @@ from torch._inductor.utils import fresh_cache
 
 import aotgrad
 from aotgrad.persistence import inductor_keys
-from aotgrad.counting import counters
+from aotgrad.observe.counting import counters
 from tests.test_backends import TwoOutputs, _assert_buffers_as_eagers
 
 

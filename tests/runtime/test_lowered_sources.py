@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from expecttest import TestCase
 
 import aotgrad
-from aotgrad import backends, phases
+from aotgrad import backends
+from aotgrad.observe import phases
 from aotgrad.runtime.function import CompiledFunction
 from tests.oracle import clone_inputs
 

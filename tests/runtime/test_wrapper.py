@@ -220,7 +220,7 @@ def test_the_compiled_graph_calls_each_aten_op_directly():
 
 
 def test_under_torch_compile_the_call_checks_only_what_dynamo_does_not_guard():
-    from aotgrad import phases
+    from aotgrad.observe import phases
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     compiled = torch.compile(model, backend="aotgrad", dynamic=False)  # (static: sizes in the key)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aotgrad import report
+from aotgrad.tooling import report
 
 pytest.importorskip("matplotlib", reason="the report draws its curves with matplotlib (pip install matplotlib)")
 from PIL import Image  # noqa: E402  (a dependency of matplotlib)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 import torch.fx as fx
 
-from aotgrad.logs import apply_log_level
+from aotgrad.observe.logs import apply_log_level
 
 log = logging.getLogger("aotgrad")
 

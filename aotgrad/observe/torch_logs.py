@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.fx as fx
 
-from aotgrad.printing import format_graph
+from aotgrad.observe.printing import format_graph
 
 # what aotgrad makes -> (TORCH_LOGS artifact, title, TORCH_TRACE name): PyTorch's names
 GRAPHS = {
@@ -40,7 +40,7 @@ def artifact_log(artifact: str) -> logging.Logger:
     PyTorch's handlers sit on the loggers its log names, so a logger outside `torch.` would
     reach none of them and TORCH_LOGS=aot_graphs would print nothing; and `aot` then shows
     aotgrad's graphs as it shows AOTAutograd's. (The name shows nowhere: the lines name the
-    file that logged them, aotgrad/torch_logs.py.)"""
+    file that logged them, aotgrad/observe/torch_logs.py.)"""
     from torch._logging._internal import log_registry
 
     parents = log_registry.log_alias_to_log_qnames.get("aot") or ["torch"]

@@ -15,8 +15,9 @@ import unittest
 import torch
 
 import aotgrad
-from aotgrad import config, logs
-from aotgrad.phases import Phases
+from aotgrad import config
+from aotgrad.observe import logs
+from aotgrad.observe.phases import Phases
 
 log = logging.getLogger("aotgrad")
 
@@ -92,6 +93,15 @@ class LogLevel(LogLevelTest):
         vars(config)["log_level"] = "loud"  # (setting the knob, or AOTGRAD_LOG at import, would refuse it)
         with self.assertRaisesRegex(ValueError, r"^aotgrad.config.log_level is 'loud'.*To continue: set "):
             logs.apply_log_level()
+
+    def test_every_level_the_knob_takes_has_a_logging_level(self):
+        """config.py says which names log_level takes, logs.py what each means: the same names."""
+        self.assertEqual(set(logs.LEVELS), set(config._LOG_LEVELS))
+        for name in config._LOG_LEVELS:
+            config.log_level = name.upper()
+            logs.apply_log_level()
+            self.assertEqual(logging.getLogger("aotgrad").getEffectiveLevel() if name != "warning" else
+                             logs._applied_level, logs.LEVELS[name])
 
 
 def _sine(x):
@@ -282,7 +292,7 @@ class TorchCompileInfo(unittest.TestCase):
 
 from torch._logging._internal import trace_log  # noqa: E402  (PyTorch's structured trace)
 
-from aotgrad import torch_logs  # noqa: E402
+from aotgrad.observe import torch_logs  # noqa: E402
 
 
 def _step(x, w):
@@ -470,7 +480,7 @@ class TorchTrace(unittest.TestCase):
         for name, head in (("aot_joint_graph", "def joint("), ("aot_forward_graph", "def forward("),
                            ("aot_backward_graph", "def backward(")):
             # a line of metadata (the name, the frame), then the payload, each line indented by a tab
-            self.assertRegex(text, rf'aotgrad/torch_logs.py:\d+\] {{"{name}": {{}}, "frame_id": 0, '
+            self.assertRegex(text, rf'aotgrad/observe/torch_logs.py:\d+\] {{"{name}": {{}}, "frame_id": 0, '
                                    rf'"frame_compile_id": 0, .*"has_payload": "[0-9a-f]+"}}\n\t{re.escape(head)}')
         self.assertRegex(text, r'\n\t    mm: "f32\[4, 2\]" = aten.mm.default\(primals_1, primals_2\)  # traced.py:6  ')
 

@@ -1,4 +1,4 @@
-"""`aotgrad demo` (aotgrad/demo.py): its building blocks on a tiny transformer, its verdict, and
+"""`aotgrad demo` (aotgrad/tooling/demo.py): its building blocks on a tiny transformer, its verdict, and
 its command line. Inductor stays out of the default run (its C++ compiles take seconds per
 kernel); the whole demo, Inductor included, is the `slow` test at the end."""
 import copy
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import aotgrad
-from aotgrad import demo
+from aotgrad.tooling import demo
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = ["eager", "aotgrad", "aot_eager", "aotgrad, budget 0.1"]

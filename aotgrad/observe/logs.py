@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 
-LEVELS = {"warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
+LEVELS = {"warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}  # config.log_level's values
 
 log = logging.getLogger("aotgrad")
 

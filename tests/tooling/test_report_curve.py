@@ -2,7 +2,7 @@
 largest value reads best in, and the figure uses them."""
 import pytest
 
-from aotgrad.report_curve import Curve, axis_labels, byte_unit
+from aotgrad.tooling.report_curve import Curve, axis_labels, byte_unit
 
 pytest.importorskip("matplotlib", reason="the report draws its curves with matplotlib (pip install matplotlib)")
 
@@ -24,7 +24,7 @@ def test_each_axis_has_its_own_unit():
 
 
 def test_figure_plots_in_the_labelled_units():
-    from aotgrad.report_curve import curve_figure
+    from aotgrad.tooling.report_curve import curve_figure
 
     curve = Curve(hull=[(4096, 0), (1024, 8192)], budgets=[(0.0, 1024, 8192, 0)], chosen=(4096, 0, 0))
     ax = curve_figure(curve, "graph 1: f").axes[0]

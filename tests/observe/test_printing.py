@@ -3,7 +3,7 @@ import torch
 from expecttest import TestCase
 
 import aotgrad
-from aotgrad.printing import format_graph
+from aotgrad.observe.printing import format_graph
 
 
 def scaled_sine(x, w):

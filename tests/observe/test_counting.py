@@ -1,4 +1,4 @@
-"""`aotgrad.counters` (aotgrad/counting.py) has the manners of `torch._dynamo.utils.counters`:
+"""`aotgrad.counters` (aotgrad/observe/counting.py) has the manners of `torch._dynamo.utils.counters`:
 a mapping of Counters where a missing key reads 0 and `.clear()`, on the mapping or on one
 group, stops nothing from counting afterwards (PyTorch's tests clear their counters so)."""
 import importlib

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch.fx as fx
 
-from aotgrad import phases
+from aotgrad.observe import phases
 
 # The memory budgets whose min-cut partitions the curve marks (0.0: the fewest bytes).
 CURVE_BUDGETS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)

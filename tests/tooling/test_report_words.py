@@ -5,7 +5,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from aotgrad import report_words as words
+from aotgrad.tooling import report_words as words
 
 aten = torch.ops.aten
 

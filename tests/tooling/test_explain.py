@@ -188,7 +188,7 @@ def test_command_explains_each_compile_of_a_script_under_aotgrad(tmp_path, capsy
     script = tmp_path / "train.py"
     script.write_text(EXPLAINED_SCRIPT)
     torch._dynamo.reset()
-    status = importlib.import_module("aotgrad.explain").main([str(script), "3"])
+    status = importlib.import_module("aotgrad.tooling.explain").main([str(script), "3"])
     out = capsys.readouterr().out
     assert status == 3  # the script's own
     assert out.startswith("script arguments: ['3']\n\n== compile 1 of 1: step at ")

@@ -31,10 +31,10 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotgrad import phases as _phases
+from aotgrad.observe import phases as _phases
 from aotgrad.analysis import ForwardAnalysis, OutputKind
 from aotgrad.partition.inspection import PartitionReport, RecomputedOp, SavedValue, report
-from aotgrad.printing import annotation, format_graph
+from aotgrad.observe.printing import annotation, format_graph
 
 
 @dataclass(frozen=True)
@@ -426,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run a script (or `-m` module) as `__main__` with aotgrad's backends in place of the
     ones it asks torch.compile for (report.py's `substitute`, disk cache off so every graph
     is traced), then print each compile's explanation; exit with the script's status."""
-    from aotgrad import config, report
+    from aotgrad import config
+    from aotgrad.tooling import report
 
     parser = argparse.ArgumentParser(
         prog="aotgrad explain",
