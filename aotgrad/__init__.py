@@ -42,7 +42,7 @@ from aotgrad.backends import register as _register_backends
 from aotgrad import compiled_autograd
 from aotgrad import distributed
 from aotgrad.tooling.explain import explain
-from aotgrad.hops import trace_wrapped
+from aotgrad.trace.hops import trace_wrapped
 from aotgrad.observe.counting import counters  # a defaultdict of Counters, like torch._dynamo.utils.counters
 
 __version__ = "0.1.0"

@@ -187,7 +187,7 @@ def test_ddp_optimizer_has_compile_fn_and_buckets_of_design_fields():
 
 def test_trace_wrapped_is_the_hop_and_calls_fn_in_eager():
     from aotgrad import trace_wrapped
-    from aotgrad.hops import trace_wrapped as hop
+    from aotgrad.trace.hops import trace_wrapped as hop
 
     assert trace_wrapped is hop is aotgrad.trace_wrapped
     x = torch.randn(3)

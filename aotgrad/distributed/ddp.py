@@ -23,7 +23,7 @@ import torch.fx as fx
 
 from aotgrad import config
 from aotgrad.observe.counting import counters
-from aotgrad.distributed import DEFAULT_FIRST_BUCKET_BYTES, DDPOptimizer
+from aotgrad.distributed.optimizer import DEFAULT_FIRST_BUCKET_BYTES, DDPOptimizer
 
 log = logging.getLogger("aotgrad.distributed")
 

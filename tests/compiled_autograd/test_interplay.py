@@ -10,7 +10,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 import aotgrad
 from aotgrad import compiled_autograd
-from aotgrad.hops import trace_wrapped
+from aotgrad.trace.hops import trace_wrapped
 from tests.compiled_autograd.helpers import check, current_compiler
 
 

@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
 
 from aotgrad.errors import TraceError
-from aotgrad.trace import GraphRecorder
+from aotgrad.trace.tracer import GraphRecorder
 
 
 class TraceWrapped:

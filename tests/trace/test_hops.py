@@ -1,11 +1,11 @@
-"""trace_wrapped (aotgrad/hops.py), seed 004's behaviours: eager, torch.compile backends,
+"""trace_wrapped (aotgrad/trace/hops.py), seed 004's behaviours: eager, torch.compile backends,
 aotgrad's tracer (one node), compiled autograd, and a function that cannot be captured."""
 import pytest
 import torch
 
 import aotgrad
 from aotgrad import compiled_autograd
-from aotgrad.hops import trace_wrapped
+from aotgrad.trace.hops import trace_wrapped
 
 
 def _multiply(x):
