@@ -35,7 +35,7 @@ Glossary:
 """
 from aotgrad import config
 from aotgrad.api import aot_function, aot_module, aot_module_simplified, nop
-from aotgrad.export import aot_export_joint
+from aotgrad.front.export import aot_export_joint
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
 from aotgrad import testing
 from aotgrad.backends import register as _register_backends

@@ -19,7 +19,7 @@ from torch._guards import TracingContext, detect_fake_mode
 from aotgrad import compat
 from aotgrad.errors import UnsupportedError
 from aotgrad.runtime.boxed import is_boxed
-from aotgrad.simplified import symbolic_examples
+from aotgrad.front.simplified import symbolic_examples
 
 
 class CompiledPiece(torch.nn.Module):

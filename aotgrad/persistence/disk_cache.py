@@ -3,7 +3,7 @@
 In: a torch.compile graph, keyed by `graph_key` (its code and source lines, its constants, the
 options that change tracing or partitioning, global modes such as autocast, the Python, torch
 and aotgrad versions and a digest of aotgrad's source), and per call by `entry_key` (what
-api.py keys its in-memory cache on: sizes, strides, dtypes, requires_grad, duplicated inputs,
+front/keys.py keys the in-memory cache on: sizes, strides, dtypes, requires_grad, duplicated inputs,
 grad mode). Out: `load` gives back the `Partitioned` graphs and the output spec that `store`
 wrote, rebuilt in the caller's fake mode, or None.
 
@@ -110,7 +110,7 @@ def graph_key(gm, options) -> GraphKey | NotKeyed | None:
 
 
 def entry_key(graph: str, call_key: tuple) -> EntryKey:
-    """The key of one compile: the graph's key and the call's (api.py's in-memory key)."""
+    """The key of one compile: the graph's key and the call's (front/keys.py's in-memory key)."""
     text = f"{graph}\n{call_key!r}"
     key = EntryKey(hashlib.sha256(text.encode()).hexdigest())
     key.text = text

@@ -227,7 +227,7 @@ _GENERAL_BACKWARD = "# (backward: general_backward, forced by the test)\n"
 
 
 def force_general_path(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Compiles from here on make no generated call (`api.call_code` answers None, as for an
+    """Compiles from here on make no generated call (`front.functions.call_code` answers None, as for an
     entry that needs more than a straight call) and give every plan a `run_backward` that is
     `CompiledFunction.general_backward`. Returns a list that gets one entry per backward run."""
     backwards: list = []
@@ -241,7 +241,7 @@ def force_general_path(monkeypatch: pytest.MonkeyPatch) -> list:
     # AotFunction._compile calls api's name; RuntimePlan.__post_init__ imports wrapper's at each
     # plan (a function-level import), also for plans loaded from the disk cache. Issue 25 moves
     # these seams: each section then falls back where an `emit` says False.
-    monkeypatch.setattr("aotgrad.api.call_code", lambda *args, **kwargs: None)
+    monkeypatch.setattr("aotgrad.front.functions.call_code", lambda *args, **kwargs: None)
     monkeypatch.setattr("aotgrad.runtime.wrapper.backward_code", general_backward_only)
     return backwards
 

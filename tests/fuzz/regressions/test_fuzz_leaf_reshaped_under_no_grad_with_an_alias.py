@@ -4,7 +4,7 @@ torch.mul(a, -1.5, out=a)`; `return (b.sin(),)`), raised "a leaf Variable that r
 is being used in an in-place operation" where eager runs it. (Found by the min-cut campaign
 of session 26, seed 27; both partitioners failed.)
 
-Stage: runtime (api.SyntheticBase.run). Aliased inputs with one written are compiled over a
+Stage: runtime (front/synthetic_base.py, SyntheticBase.run). Aliased inputs with one written are compiled over a
 synthetic base; the leaf's new geometry is given to the caller's tensor by `as_strided_`
 after the call, outside the no_grad the function made it under.
 

@@ -11,7 +11,7 @@ itself (`a = l0`, `b = l0[1:]`, `b.mul_(2); return (a,)` returns `a`), and crash
 this program (an assertion about leaves). Map outputs that are one of the original
 inputs back to that input.
 
-Fixed: api.SyntheticBase records while tracing which outputs are one of the inputs it
+Fixed: SyntheticBase (front/synthetic_base.py) records while tracing which outputs are one of the inputs it
 rebuilt (`out is view`), and `SyntheticBase.run` hands back the caller's tensor there.
 """
 import torch

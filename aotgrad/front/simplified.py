@@ -18,7 +18,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from aotgrad.persistence import disk_cache
-from aotgrad.api import AotFunction, Options, size_carrier
+from aotgrad.front.functions import AotFunction
+from aotgrad.front.synthetic_base import size_carrier
+from aotgrad.pipeline import Options
 from aotgrad.trace import GraphRecorder, UserGraphRunner
 
 def _is_symbolic(value: Any) -> bool:
