@@ -9,6 +9,7 @@ import torch
 
 from aotgrad.errors import reject_sparse_inputs
 
+
 def tensor_key(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
             t.requires_grad and t.is_leaf)
@@ -23,9 +24,10 @@ _KEY_FIELDS = {tensor_key: ("sizes", "strides", "storage offset", "dtype", "devi
                dynamic_tensor_key: ("rank", "dtype", "device", "requires_grad", "is a leaf requiring grad")}
 
 
-def key_changes(old: tuple, new: tuple, tensor_key: Callable, names: list[str] | None) -> list[str]:
+def key_changes(old: tuple, new: tuple, key_of: Callable, names: list[str] | None) -> list[str]:
     """What differs between two keys of AotFunction's caches, for the recompiles log. Both
-    end in (duplicates, shared memory, grad mode, one tensor_key per tensor).
+    end in (duplicates, shared memory, grad mode, one `key_of` per tensor), `key_of` being
+    tensor_key or dynamic_tensor_key.
 
         input 1 (L_x_): storage offset 1, now 0
     """
@@ -45,7 +47,7 @@ def key_changes(old: tuple, new: tuple, tensor_key: Callable, names: list[str] |
     for i, (was, now) in enumerate(zip(old_tensors, new_tensors)):
         name = f" ({names[i]})" if names is not None and i < len(names) else ""
         changes += [f"input {i}{name}: {field} {_shown(a)}, now {_shown(b)}"
-                    for field, a, b in zip(_KEY_FIELDS[tensor_key], was, now) if a != b]
+                    for field, a, b in zip(_KEY_FIELDS[key_of], was, now) if a != b]
     return changes
 
 
