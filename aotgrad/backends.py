@@ -18,13 +18,13 @@ import torch
 import torch.fx as fx
 
 from aotgrad import config
-from aotgrad.persistence import inductor_keys
 from aotgrad.analysis import known_equal
 from aotgrad.api import aot_module_simplified, nop
 from aotgrad.distributed.ddp import compile_in_ddp
 from aotgrad.errors import UnknownOptionError
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
 from aotgrad.partition.graphs import is_tangent
+from aotgrad.persistence import inductor_keys
 
 
 def _partitioner(default: str):

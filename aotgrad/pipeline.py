@@ -27,14 +27,14 @@ from aotgrad.analysis import OutputKind
 from aotgrad.errors import MutatedAliasedInputsError
 from aotgrad.functionalize import functionalize
 from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
+from aotgrad.observe.phases import CompileRecord, Origin, Phases, log_compiled, origin_of
+from aotgrad.observe.torch_logs import log_graph
 from aotgrad.partition import default_partition
 from aotgrad.partition.cost import storage_root
 from aotgrad.partition.graphs import copy_saved_aliases, is_tangent
-from aotgrad.runtime.boxed import as_boxed, without_autocast
 from aotgrad.partition.inspection import report as partition_report
-from aotgrad.observe.phases import CompileRecord, Origin, Phases, log_compiled, origin_of
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
-from aotgrad.observe.torch_logs import log_graph
+from aotgrad.runtime.boxed import as_boxed, without_autocast
 from aotgrad.trace import fake_mode_for, to_fake
 from aotgrad.trace.symbolic import has_symbols
 

@@ -25,11 +25,11 @@ from aotgrad import compat
 from aotgrad.compiled_autograd import cache as graph_cache
 from aotgrad.compiled_autograd import callout, calls, reducers, replay
 from aotgrad.compiled_autograd import hooks as hook_lookup
-from aotgrad.observe.printing import format_graph
 from aotgrad.compiled_autograd.capture import capture
 from aotgrad.compiled_autograd.collect import EagerFallback, collect, release
 from aotgrad.compiled_autograd.saved import free_python_nodes
 from aotgrad.compiled_autograd.walk import gradient_edge, walk
+from aotgrad.observe.printing import format_graph
 
 log = logging.getLogger("aotgrad.compiled_autograd")
 

@@ -14,12 +14,12 @@ from typing import Callable
 
 import torch
 
-from aotgrad.persistence import generated
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd import key as parts
 from aotgrad.compiled_autograd import kinds
 from aotgrad.compiled_autograd.dynamic import layout
 from aotgrad.compiled_autograd.saved import EagerFallback, hashable, packed_by_user
+from aotgrad.persistence import generated
 
 _NODE_CLASS = next(i for i, p in enumerate(parts.STEP) if isinstance(p, parts.NodeClass))
 _EDGES = next(i for i, p in enumerate(parts.STEP) if isinstance(p, parts.Edges))

@@ -22,8 +22,8 @@ import torch
 import torch.fx as fx
 
 from aotgrad import config
-from aotgrad.observe.counting import counters
 from aotgrad.distributed.optimizer import DEFAULT_FIRST_BUCKET_BYTES, DDPOptimizer
+from aotgrad.observe.counting import counters
 
 log = logging.getLogger("aotgrad.distributed")
 

@@ -18,8 +18,8 @@ from torch._guards import TracingContext, detect_fake_mode
 
 from aotgrad import compat
 from aotgrad.errors import UnsupportedError
-from aotgrad.runtime.boxed import is_boxed
 from aotgrad.front.simplified import symbolic_examples
+from aotgrad.runtime.boxed import is_boxed
 
 
 class CompiledPiece(torch.nn.Module):

@@ -14,8 +14,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotgrad.functionalize import functionalize
 from aotgrad import joint as joint_tracing
+from aotgrad.functionalize import functionalize
 from aotgrad.trace import fake_mode_for, to_fake
 
 

@@ -17,9 +17,9 @@ from torch._guards import TracingContext
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from aotgrad.persistence import disk_cache
 from aotgrad.front.functions import AotFunction
 from aotgrad.front.synthetic_base import size_carrier
+from aotgrad.persistence import disk_cache
 from aotgrad.pipeline import Options
 from aotgrad.trace import GraphRecorder, UserGraphRunner
 

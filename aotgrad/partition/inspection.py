@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from aotgrad.partition.graphs import tensor_bytes
 from aotgrad.observe.printing import annotation, source_line
+from aotgrad.partition.graphs import tensor_bytes
 
 
 @dataclass(frozen=True)

@@ -72,11 +72,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from aotgrad import config
 from aotgrad.errors import AotgradError
+from aotgrad.observe.printing import source_line
 from aotgrad.partition import cost, peak
 from aotgrad.partition.flow import FlowNetwork, Residual
 from aotgrad.partition.graphs import JointParts, build_backward, build_forward, split_joint, with_bare_symbols
 from aotgrad.partition.repeated import merge_repeated
-from aotgrad.observe.printing import source_line
 
 log = logging.getLogger(__name__)
 

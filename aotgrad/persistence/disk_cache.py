@@ -41,8 +41,8 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
 from aotgrad import config
-from aotgrad.persistence import cache_folder, graph_pickle
 from aotgrad.observe.counting import counters
+from aotgrad.persistence import cache_folder, graph_pickle
 from aotgrad.persistence.graph_pickle import BadPayload, NotStorable, fetch_attr, kind_name, stable_repr, tensor_data
 
 log = logging.getLogger("aotgrad")

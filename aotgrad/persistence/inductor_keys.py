@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from aotgrad.persistence import cache_folder
 from aotgrad.observe.counting import counters
+from aotgrad.persistence import cache_folder
 
 log = logging.getLogger("aotgrad")
 

@@ -50,8 +50,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.utils._pytree as pytree
 
-from aotgrad.persistence import generated
 from aotgrad.analysis import OutputKind
+from aotgrad.persistence import generated
 
 MISS = object()  # call_code's answer when a call's inputs are not the entry's
 _counter = itertools.count()

@@ -31,10 +31,10 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from aotgrad.observe import phases as _phases
 from aotgrad.analysis import ForwardAnalysis, OutputKind
-from aotgrad.partition.inspection import PartitionReport, RecomputedOp, SavedValue, report
+from aotgrad.observe import phases as _phases
 from aotgrad.observe.printing import annotation, format_graph
+from aotgrad.partition.inspection import PartitionReport, RecomputedOp, SavedValue, report
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ import torch
 import torch.fx as fx
 
 from aotgrad.observe import phases
-from aotgrad.tooling import report_words
 from aotgrad.observe.printing import format_graph
+from aotgrad.tooling import report_words
 from aotgrad.tooling.report_page import render
 from aotgrad.tooling.report_words import GraphBreak
 

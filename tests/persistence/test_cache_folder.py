@@ -12,8 +12,8 @@ import torch.fx as fx
 import torch.nn as nn
 
 import aotgrad
-from aotgrad.persistence import cache_folder
 from aotgrad.__main__ import main
+from aotgrad.persistence import cache_folder
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 import aotgrad
 from aotgrad.observe import phases
-from aotgrad.persistence import cache_folder, disk_cache, generated, graph_pickle
 from aotgrad.observe.printing import format_graph
+from aotgrad.persistence import cache_folder, disk_cache, generated, graph_pickle
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,8 +24,8 @@ from torch._higher_order_ops.wrap import wrap
 from torch._inductor.utils import fresh_cache
 
 import aotgrad
-from aotgrad.persistence import inductor_keys
 from aotgrad.observe.counting import counters
+from aotgrad.persistence import inductor_keys
 from tests.test_backends import TwoOutputs, _assert_buffers_as_eagers
 
 
