@@ -48,6 +48,16 @@ def pytest_collection_modifyitems(config, items):
     items[:] = kept
 
 
+@pytest.fixture(autouse=True)
+def _general_path_when_asked(monkeypatch):
+    """AOTGRAD_TEST_GENERAL_PATH=1: every test's compiles take the general runtime path
+    (tests/general_path.py), to check the interpreted path against eager with the same tests."""
+    if os.environ.get("AOTGRAD_TEST_GENERAL_PATH") == "1":
+        from tests.general_path import force_general_path
+        force_general_path(monkeypatch)
+    yield
+
+
 _KNOBS = ("partitioner", "activation_memory_budget", "activation_memory_budget_bytes", "optimize_ddp",
           "compiled_autograd_verbose", "cache_dir", "cache_size_limit_mb", "log_level", "check_graphs")
 

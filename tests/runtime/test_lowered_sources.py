@@ -38,6 +38,7 @@ import aotgrad
 from aotgrad import backends
 from aotgrad.observe import phases
 from aotgrad.runtime.function import CompiledFunction
+from tests.general_path import GENERAL_BACKWARD, force_general_path
 from tests.oracle import clone_inputs
 
 
@@ -222,29 +223,6 @@ def _golden(name: str) -> str:
 
 
 # -- forcing the general path -------------------------------------------------------------
-
-_GENERAL_BACKWARD = "# (backward: general_backward, forced by the test)\n"
-
-
-def force_general_path(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Compiles from here on make no generated call (`front.functions.call_code` answers None, as for an
-    entry that needs more than a straight call) and give every plan a `run_backward` that is
-    `CompiledFunction.general_backward`. Returns a list that gets one entry per backward run."""
-    backwards: list = []
-
-    def general_backward_only(plan) -> Callable:
-        def run_backward(ctx, grads):
-            backwards.append(plan)
-            return CompiledFunction.general_backward(ctx, grads)
-        run_backward.source = _GENERAL_BACKWARD
-        return run_backward
-    # AotFunction._compile calls api's name; RuntimePlan.__post_init__ imports wrapper's at each
-    # plan (a function-level import), also for plans loaded from the disk cache. Issue 25 moves
-    # these seams: each section then falls back where an `emit` says False.
-    monkeypatch.setattr("aotgrad.front.functions.call_code", lambda *args, **kwargs: None)
-    monkeypatch.setattr("aotgrad.runtime.wrapper.backward_code", general_backward_only)
-    return backwards
-
 
 @pytest.fixture
 def general_path(monkeypatch) -> list:
@@ -858,7 +836,7 @@ def test_the_general_path_does_what_the_generated_code_does(name, monkeypatch):
     assert not generated_record.wrapper.startswith("# (calls take the general path)")
     assert general_record.wrapper.startswith("# (calls take the general path)")
     if "def run_forward" in general_record.wrapper:  # (a training compile)
-        assert _GENERAL_BACKWARD in general_record.wrapper and "def run_backward" not in general_record.wrapper
+        assert GENERAL_BACKWARD in general_record.wrapper and "def run_backward" not in general_record.wrapper
         assert backwards or all(g is None for g in general.grads)
     _assert_same(general, generated, exact=True)
     _assert_same(generated, _observe(case.fn, case), exact=False)
