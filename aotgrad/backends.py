@@ -424,7 +424,9 @@ class InductorCompilers:
         self.patches = patches or {}  # Inductor's config for every graph (torch.compile's mode=, options=)
         from torch._inductor.cudagraph_utils import BoxedDeviceIndex
         self.device_index = BoxedDeviceIndex(None)  # the forward's CUDA device, for CUDA graphs
-        self.forward_partitioned = False  # Inductor cut the forward in pieces (_static_backward_inputs)
+        # id(val) -> val, the saved values of forwards Inductor cut in pieces (_static_backward_inputs):
+        # per forward, as the strides are (entries' forwards and backwards compile interleaved)
+        self.saved_by_partitioned: dict[int, torch.Tensor] = {}
 
     def forward(self, gm: fx.GraphModule, example_inputs):
         outputs = _output_nodes(gm)
@@ -433,7 +435,8 @@ class InductorCompilers:
         saved_vals = [node.meta.get("val") if isinstance(node, fx.Node) else None for node in outputs[num_user:]]
         compiled = _compile(gm, list(example_inputs), "forward", _static_primals(gm), patches=self.patches,
                             device_index=self.device_index)
-        self.forward_partitioned = compiled.partitioned
+        if compiled.partitioned:
+            self.saved_by_partitioned.update((id(val), val) for val in saved_vals if isinstance(val, torch.Tensor))
         strides = compiled.output_strides
         if strides is not None and len(strides) == len(outputs):
             for val, stride in zip(saved_vals, strides[num_user:]):
@@ -451,7 +454,8 @@ class InductorCompilers:
             recorded, stride = self.saved_strides.get(id(val), (None, None))
             if recorded is val and not known_equal(val.stride(), stride):
                 inputs[i] = placeholders[i].meta["val"] = _restrided(val, stride)
-        return _compile(gm, inputs, "backward", _static_backward_inputs(gm, self.forward_partitioned),
+        forward_partitioned = any(self.saved_by_partitioned.get(id(val)) is val for val in example_inputs)
+        return _compile(gm, inputs, "backward", _static_backward_inputs(gm, forward_partitioned),
                         patches=self.patches, device_index=self.device_index)
 
     def inference(self, gm: fx.GraphModule, example_inputs):

@@ -659,3 +659,38 @@ def test_a_forward_inductor_cut_in_pieces_leaves_the_backward_only_its_primals_s
     gm.meta["static_primals"] = (0, 7)
     with pytest.raises(AssertionError, match=r"static primals \[0, 7\] of a graph with 4 inputs"):
         backends._static_primals(gm)
+
+
+def test_a_backward_is_told_whether_its_own_forward_was_cut_in_pieces(monkeypatch):
+    """One graph's entries compile their forwards and (lazily) their backwards interleaved: a
+    backward's static inputs follow the forward that saved its values, not the last forward."""
+    told = []
+
+    def compile_(gm, example_inputs, role, static_input_idxs, **kwargs):
+        told.append((role, static_input_idxs))
+        run = lambda args: None  # noqa: E731
+        run.partitioned, run.output_strides = gm.meta.get("cut", False), None
+        return run
+    monkeypatch.setattr(backends, "_compile", compile_)
+
+    def graphs(cut: bool):
+        saved = torch.empty(2)
+        fw, bw = fx.Graph(), fx.Graph()
+        fw.output((fw.placeholder("primals_1"), fw.placeholder("primals_2")))
+        for name in ("primals_1", "mm", "tangents_1"):
+            bw.placeholder(name)
+        bw.output(())
+        fw_gm, bw_gm = fx.GraphModule(nn.Module(), fw), fx.GraphModule(nn.Module(), bw)
+        fw_gm.meta.update(cut=cut, num_saved=1)
+        for node in fw.find_nodes(op="placeholder"):
+            node.meta["val"] = saved  # (the forward returns its saved value: primals_2)
+        return fw_gm, bw_gm, [torch.empty(2), saved, torch.empty(2)]
+
+    compilers = backends.InductorCompilers()
+    cut_fw, cut_bw, cut_inputs = graphs(cut=True)
+    whole_fw, whole_bw, whole_inputs = graphs(cut=False)
+    compilers.forward(cut_fw, [])
+    compilers.forward(whole_fw, [])   # another entry's forward, compiled after
+    compilers.backward(cut_bw, cut_inputs)
+    compilers.backward(whole_bw, whole_inputs)
+    assert [static for role, static in told if role == "backward"] == [[0], [0, 1]]
