@@ -23,6 +23,7 @@ from aotgrad.persistence import disk_cache
 from aotgrad.pipeline import Options
 from aotgrad.trace import GraphRecorder, UserGraphRunner
 
+
 def _is_symbolic(value: Any) -> bool:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return True
