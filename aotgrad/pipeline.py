@@ -61,7 +61,7 @@ def _placeholder_vals(gm: fx.GraphModule) -> list:
 def _repeated_outputs(forward: fx.GraphModule, num_forward_outputs: int) -> tuple[int, ...]:
     """The forward outputs the graph returns an earlier output's value for (one node at two
     places: functionalization found their values equal), which CompiledFunction must return as
-    distinct tensors (function._apart)."""
+    distinct tensors (forward.apart)."""
     returned = forward.graph.output_node().args[0][:num_forward_outputs]
     seen: set = set()
     repeated = []

@@ -470,7 +470,7 @@ def test_backward_does_not_reach_an_input_that_gets_no_gradient():
 
 # Writes through a detached alias (`t = b.detach()`, `b.data`): t shares b's memory but not its
 # autograd history; the compiled graph computes one value for both, and each must keep its own
-# gradient (function._apart). Each program takes a 0-d leaf `a` and a non-leaf (2, 3) input `b`.
+# gradient (forward.apart). Each program takes a 0-d leaf `a` and a non-leaf (2, 3) input `b`.
 def _detached_then_written_after_a_graded_write(a, b):
     t = b.detach()
     b.mul_(3.0)

@@ -17,6 +17,7 @@ from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
 from aotgrad.runtime.boxed import as_boxed
 from aotgrad.runtime.epilogue import Epilogue
+from aotgrad.runtime.forward import forward_function
 
 DOUBLE_BACKWARD_MESSAGE = (
     "torch.compile with aot_autograd does not currently support double backward. "
@@ -44,7 +45,7 @@ class RuntimePlan:
     saved_outputs: tuple[int, ...] = ()  # saved tensors the forward also returns as outputs
     repeated_outputs: tuple[int, ...] = ()  # forward outputs the graph returns an earlier one's value for
     # forward results (outputs, then saved) eager holds through `.data`: a version counter of
-    # their own (see _own_counters); and saved ones that are a written input's new value read
+    # their own (see forward.own_counters); and saved ones that are a written input's new value read
     # through `.data` in eager, or views of one: (result index, input index, None or the new
     # value's result index), saved as that input's memory or the same view of it
     own_counter_results: tuple[int, ...] = ()
@@ -68,7 +69,7 @@ class RuntimePlan:
         return self._partial[absent]
 
     def __post_init__(self):
-        from aotgrad.runtime.wrapper import backward_code, forward_code
+        from aotgrad.runtime.wrapper import backward_code
 
         self.tangent_strides = [_layout(stride) for stride in self.tangent_strides]
         self.forward = as_boxed(self.forward)
@@ -78,7 +79,7 @@ class RuntimePlan:
         graph = self.backward_graph
         self.backward_inlinable = graph is not None and not any(
             type(n.target).__name__ == "TraceWrapped" for n in graph.graph.nodes)
-        self.run_forward = forward_code(self)    # CompiledFunction.forward's body, for this plan
+        self.run_forward = forward_function(self)  # CompiledFunction.forward's body, for this plan
         self.run_backward = backward_code(self)  # and its backward's
 
 
@@ -138,9 +139,10 @@ class CompiledFunction(torch.autograd.Function):
     """forward: run the compiled forward, save what the backward needs.
     backward: run the compiled backward on saved values and tangents.
 
-    Both run code generated for the plan (runtime/wrapper.py: only what that graph needs);
-    `general_backward` is the backward for every case, taken when a tangent is missing or
-    the backward's own graph is recorded (create_graph)."""
+    The forward runs the plan's forward steps (runtime/forward.py), lowered to code or
+    interpreted; the backward runs code generated for the plan (runtime/wrapper.py: only
+    what that graph needs), and `general_backward` is the backward for every case, taken when
+    a tangent is missing or the backward's own graph is recorded (create_graph)."""
 
     @staticmethod
     def forward(ctx, plan: RuntimePlan, *args):
@@ -183,65 +185,6 @@ class CompiledFunction(torch.autograd.Function):
 # functorch's unwrapping, aotgrad's compiled-autograd bookkeeping): the generated wrappers
 # call it when no functorch transform is active
 fast_apply = super(torch.autograd.Function, CompiledFunction).apply
-
-
-def _apart(outs: tuple, differentiable: Sequence[bool], repeated: Sequence[int] = ()) -> tuple:
-    """outs, where one tensor is returned at two places autograd must tell apart: as a
-    differentiable output and as one that is not (a user output that is also a mutated input's
-    new value, `a.data.copy_(b)`), or at the `repeated` places, where the graph returns one
-    value for two outputs with histories of their own (an alias written through `detach()`
-    and the input it aliases, both returned). The second place gets an alias (`detach()`):
-    marking it non-differentiable would mark both, and autograd gives one tensor one output
-    number, so one output's gradient would arrive as the other's (and the first get none)."""
-    wanted = {id(o) for o, d in zip(outs, differentiable) if d and isinstance(o, torch.Tensor)}
-    outs = tuple(o.detach() if not d and id(o) in wanted else o for o, d in zip(outs, differentiable))
-    if repeated:
-        outs = tuple(o.detach() if j in repeated and isinstance(o, torch.Tensor) else o for j, o in enumerate(outs))
-    return outs
-
-
-def _own_counters(results: Sequence[Any], args: tuple, own: Sequence[int],
-                  from_inputs: Sequence[tuple[int, int]]) -> list:
-    """results, where eager holds a value through `.data` (`v = a.data`, saved by `v * w` or
-    returned): the same memory with a version counter of its own, so that a write the caller
-    makes after the call into the tensor it came from trips no version check of the
-    backward, which reads the written values unchecked, as eager's does. One result returned
-    at two flagged places (saved and returned) gets one counter: a write into the output
-    trips the saved one's check, as in eager. A saved `.data` of a written input's new value
-    is that input's own memory (eager's alias of it), and a saved view of one the same view of
-    that memory, when the layouts agree."""
-    results = list(results)
-    made: dict[int, torch.Tensor] = {}
-    for r in own:
-        t = results[r]
-        if isinstance(t, torch.Tensor):
-            if id(t) not in made:
-                made[id(t)] = t.data
-            results[r] = made[id(t)]
-    for r, i, viewed in from_inputs:
-        t, x = results[r], args[i]
-        if viewed is None:
-            if x.shape == t.shape and x.stride() == t.stride() and x.dtype == t.dtype:
-                results[r] = x.data
-            continue
-        # a view of the new value (`a.data[1:]`): the same view of the input's own memory
-        new = results[viewed]
-        if (x.shape == new.shape and x.stride() == new.stride() and x.dtype == new.dtype == t.dtype
-                and t.untyped_storage().data_ptr() == new.untyped_storage().data_ptr()):
-            offset = x.storage_offset() + t.storage_offset() - new.storage_offset()
-            results[r] = x.data.as_strided(t.shape, t.stride(), offset)
-    return results
-
-
-def _not_a_view(out: Any, inputs: tuple) -> Any:
-    """An output that views a value made inside the graph (a written intermediate comes out
-    as `t(add(t(v), 1))`) as a plain tensor on the same memory: autograd would mark a view
-    returned by a Function as made inside it and reject in-place writes through it, and
-    through views of it, that eager accepts. `detach()` keeps the version counter, so a
-    write to the output still trips the check of a saved value that shares its memory."""
-    if isinstance(out, torch.Tensor) and out._base is not None and not any(out._base is a for a in inputs):
-        return out.detach()
-    return out
 
 
 def _saved_tensors_read(ctx, reads: tuple[bool, ...]) -> tuple:

@@ -1,10 +1,9 @@
 """The runtime wrapper, generated per graph as straight-line Python that does only what the
 graph needs.
 
-Three functions are generated:
+Two functions are generated here (CompiledFunction's forward is made of steps in
+runtime/forward.py, written with the same `Code`, runtime/lower.py):
 
-- `forward_code(plan)`: the body of `CompiledFunction.forward` for one plan: run the forward
-  graph, hand out its outputs, save what the backward reads.
 - `backward_code(plan)`: `CompiledFunction.backward` when every output got a gradient and no
   graph of the backward is being recorded (create_graph); other calls take the general
   `CompiledFunction.general_backward`.
@@ -40,100 +39,22 @@ requiring grad; under torch.compile the checks dynamo's guards make are left out
         return return_values[0]
 
 Each generated function keeps its source (`.source`); the compile's record
-(`phases.CompileRecord.wrapper`) holds the three, for people.
+(`phases.CompileRecord.wrapper`) holds them with the forward's, for people.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._pytree as pytree
 
 from aotgrad.analysis import OutputKind
-from aotgrad.persistence import generated
+from aotgrad.runtime.lower import Code, tuple_of
 
 MISS = object()  # call_code's answer when a call's inputs are not the entry's
-_counter = itertools.count()
 
 
-class Code:
-    """Source lines plus the constants they name (`self.const(value)` -> a global name)."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.lines: list[str] = []
-        self.namespace: dict[str, Any] = {}
-        self._names: dict[int, str] = {}
-
-    def const(self, value: Any, name: str | None = None) -> str:
-        if name is not None:
-            self.namespace[name] = value
-            return name
-        key = id(value)
-        if key not in self._names:
-            self._names[key] = f"c{len(self._names)}"
-            self.namespace[self._names[key]] = value
-        return self._names[key]
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
-
-    @property
-    def source(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-    def build(self) -> Callable:
-        source = self.source
-        function = generated.define(source, f"<aotgrad {self.name} {next(_counter)}>", dict(self.namespace), self.name)
-        function.source = source
-        return function
-
-
-def _tuple(names: Sequence[str]) -> str:
-    return f"({', '.join(names)},)" if len(names) == 1 else f"({', '.join(names)})"
-
-
-# -- CompiledFunction.forward / backward ------------------------------------------
-
-def forward_code(plan) -> Callable:
-    """`run_forward(ctx, args) -> outputs` for `plan` (see CompiledFunction.forward)."""
-    from aotgrad.runtime.function import _apart, _not_a_view, _own_counters
-
-    code = Code("run_forward")
-    n = plan.num_forward_outputs
-    code(f"def run_forward(ctx, args):  # outputs: {n}")
-    code(f"    results = {code.const(plan.forward, 'forward')}(list(args))")
-    if plan.own_counter_results or plan.saved_from_inputs:
-        code(f"    results = {code.const(_own_counters, 'own_counters')}(results, args, "
-             f"{code.const(plan.own_counter_results)}, {code.const(plan.saved_from_inputs)})")
-    outs = [f"o{j}" for j in range(n)]
-    for j, name in enumerate(outs):  # a view of a value made inside the graph: a plain tensor (_not_a_view)
-        code(f"    {name} = results[{j}]")
-        code(f"    if isinstance({name}, Tensor) and {name}._base is not None:")
-        code(f"        {name} = {code.const(_not_a_view, 'not_a_view')}({name}, args)")
-    if not all(plan.differentiable) or plan.repeated_outputs:
-        code(f"    {_tuple(outs)} = {code.const(_apart, 'apart')}({_tuple(outs)}, "
-             f"{code.const(plan.differentiable)}, {code.const(frozenset(plan.repeated_outputs))})")
-    code.const(torch.Tensor, "Tensor")
-    code(f"    ctx.plan = {code.const(plan, 'plan')}")
-    k = f"len(results) - {plan.num_saved_sizes}" if plan.num_saved_sizes else "len(results)"
-    code(f"    ctx.save_for_backward(*results[{n}:{k}])")
-    if plan.saved_outputs:
-        versions = ", ".join(f"results[{n + i}]._version" for i in plan.saved_outputs)
-        code(f"    ctx.output_versions = [{versions}]")
-    else:
-        code("    ctx.output_versions = ()")
-    code(f"    ctx.saved_sizes = results[{k}:]" if plan.num_saved_sizes else "    ctx.saved_sizes = ()")
-    meta = ", ".join(f"({o}.shape, {o}.dtype, {o}.device) if isinstance({o}, Tensor) else None" for o in outs)
-    code(f"    ctx.out_meta = [{meta}]")
-    fixed = [f"o{j}" for j, d in enumerate(plan.differentiable) if not d]
-    if fixed:
-        code(f"    ctx.mark_non_differentiable(*[o for o in {_tuple(fixed)} if isinstance(o, Tensor)])")
-    code("    ctx.set_materialize_grads(False)")
-    code(f"    return {_tuple(outs)}")
-    return code.build()
-
+# -- CompiledFunction.backward ---------------------------------------------------------
 
 def backward_code(plan) -> Callable:
     """`run_backward(ctx, grads) -> input grads` for `plan`: the straight path when every
@@ -170,7 +91,7 @@ def backward_code(plan) -> Callable:
     grads = ["None"] * (plan.num_inputs + 1)  # the plan's slot first
     for k, i in enumerate(plan.grad_inputs):
         grads[i + 1] = f"results[{k}]"
-    code(f"    return {_tuple(grads)}")
+    code(f"    return {tuple_of(grads)}")
     return code.build()
 
 

@@ -19,9 +19,8 @@ name got in.
 
 `force_general_path` (and the fixture `general_path`) make compiles take the general path where
 the runtime has one without library edits: no generated call (TrainingRuntime / InferenceRuntime
-and `Epilogue.run` run instead), and `CompiledFunction.general_backward` for every backward.
-The forward has no general path: `CompiledFunction.forward` always runs the generated
-`run_forward`.
+and `Epilogue.run` run instead), the forward's steps interpreted (runtime/forward.py), and
+`CompiledFunction.general_backward` for every backward.
 """
 from __future__ import annotations
 
@@ -835,7 +834,8 @@ def test_the_general_path_does_what_the_generated_code_does(name, monkeypatch):
         general_record, general = _compile_and_observe(case)
     assert not generated_record.wrapper.startswith("# (calls take the general path)")
     assert general_record.wrapper.startswith("# (calls take the general path)")
-    if "def run_forward" in general_record.wrapper:  # (a training compile)
+    if "def run_forward" in generated_record.wrapper:  # (a training compile)
+        assert "# run_forward: interpreted" in general_record.wrapper and "def run_forward" not in general_record.wrapper
         assert GENERAL_BACKWARD in general_record.wrapper and "def run_backward" not in general_record.wrapper
         assert backwards or all(g is None for g in general.grads)
     _assert_same(general, generated, exact=True)
@@ -844,8 +844,9 @@ def test_the_general_path_does_what_the_generated_code_does(name, monkeypatch):
 
 def test_the_general_path_fixture_turns_the_generated_call_off(general_path):
     """With `general_path`, a compile of a function that would get a generated call gets none,
-    and its backward runs general_backward."""
+    its forward steps are interpreted and its backward runs general_backward."""
     record, observed = _compile_and_observe(CASES["plain"])
     assert record.wrapper.startswith("# (calls take the general path)")
+    assert "# run_forward: interpreted\n#   CallGraph(" in record.wrapper
     assert len(general_path) == 1
     _assert_same(observed, _observe(matmul_relu, CASES["plain"]), exact=False)

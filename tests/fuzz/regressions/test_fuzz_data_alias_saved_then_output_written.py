@@ -12,7 +12,7 @@ Fixed (session 15): the tracer tags each `detach` that was a `.data` (its output
 counter of its own, `meta["own_version_counter"]`); functionalization and the partitioner keep
 the tag; a saved value eager holds through `.data` is saved with a counter of its own, and as
 the input's own memory where it is a written input's new value (pipeline._own_counter_results,
-runtime.function._own_counters). tests/runtime/test_data_aliases.py has the family.
+runtime.forward.own_counters). tests/runtime/test_data_aliases.py has the family.
 """
 import torch
 

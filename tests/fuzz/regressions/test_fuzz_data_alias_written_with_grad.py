@@ -6,7 +6,7 @@ which has no history; and the forward returned one tensor both as the user outpu
 `a`'s new value, so marking the latter non-differentiable marked both. Found as
 `v2 = c.transpose(-1, 0).data; v2.copy_(b); ...; return (v2,)` with `a = l0.unfold(0, 2, 1)`.
 Fixed: the alias takes the history of the forward output (`OutputInfo.history`); a tensor
-returned in both roles is returned a second time as an alias (`runtime.function._apart`).
+returned in both roles is returned a second time as an alias (`runtime.forward.apart`).
 """
 import torch
 

@@ -7,7 +7,7 @@ not bump the counter of `v0`, which `cos` saved (eager then reads the written va
 unchecked). The compiled function returns `v0`'s memory as `v1` sharing the saved tensor's
 counter, so the caller's write trips the backward's version check.
 Fixed (session 15): the returned `.data` alias gets a version counter of its own (the
-tracer's `own_version_counter` tag, runtime.function._own_counters), and the min-cut
+tracer's `own_version_counter` tag, runtime.forward.own_counters), and the min-cut
 partitioner saves, never recomputes, a value eager's backward reads whose memory the caller
 gets through `.data` (min_cut._read_through_data_outputs).
 """
