@@ -30,10 +30,12 @@ from aotgrad.joint import InnerLeaf, TracedJoint, trace_joint
 from aotgrad.observe.phases import CompileRecord, Origin, Phases, log_compiled, origin_of
 from aotgrad.observe.torch_logs import log_graph
 from aotgrad.partition import default_partition
+from aotgrad.partition.absent_tangents import without_tangents
 from aotgrad.partition.cost import storage_root
 from aotgrad.partition.graphs import copy_saved_aliases, is_tangent
 from aotgrad.partition.inspection import report as partition_report
 from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
+from aotgrad.runtime.backward import BackwardVariants
 from aotgrad.runtime.boxed import as_boxed, without_autocast
 from aotgrad.trace import fake_mode_for, to_fake
 from aotgrad.trace.symbolic import has_symbols
@@ -270,7 +272,8 @@ def instantiate(p: Partitioned, options: Options, phases: Phases, cache_key: str
     plan = RuntimePlan(forward, backward, p.num_forward_outputs, p.num_primals, p.tangent_sources,
                        p.tangent_strides, p.grad_inputs, p.differentiable, p.backward_errors,
                        p.detached_inputs, p.forward.meta.get("num_saved_sizes", 0),
-                       p.backward, _compiled_later(_logging_variants(bw_compiler, p.backward, record.origin)),
+                       BackwardVariants(p.backward, without_tangents,
+                                        _compiled_later(_logging_variants(bw_compiler, p.backward, record.origin))),
                        saved_outputs=p.saved_outputs,
                        repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs),
                        **_own_counter_results(p.forward, p.backward, p.num_forward_outputs, p.epilogue))
@@ -287,7 +290,7 @@ def _compiled_lazily(backward: fx.GraphModule) -> bool:
 
     At the first call, aotgrad knows which outputs got a gradient: a training step that
     backpropagates only the loss compiles just the backward variant for that call
-    (RuntimePlan.backward_without), and the whole backward only if a call needs it. A graph
+    (BackwardVariants.compiled_without), and the whole backward only if a call needs it. A graph
     whose shapes are symbolic is compiled with the forward: its compile may add guards on
     the sizes, which dynamo checks only if they come while the forward's frame is compiled
     (PyTorch's AOTAutograd draws the same line, at sizes saved for the backward)."""
@@ -344,7 +347,7 @@ def _writable_in_graph(forward: fx.GraphModule, epilogue: Epilogue) -> tuple[tup
 
 
 def _logging_variants(compiler: Callable, backward: fx.GraphModule, origin: Origin) -> Callable:
-    """`compiler` for the backward's variants (RuntimePlan.backward_without: calls where some
+    """`compiler` for the backward's variants (BackwardVariants.compiled_without: calls where some
     outputs get no gradient), compiled at such a call: each variant's graph goes to PyTorch's
     logs (torch_logs.py) and its compile gets its info line, naming the tangents it lacks."""
     tangents = [n.target for n in backward.graph.find_nodes(op="placeholder") if is_tangent(n)]

@@ -30,6 +30,8 @@ from aotgrad.compiled_autograd.collect import (
 from aotgrad.compiled_autograd.dynamic import FORMULAS, Symbols
 from aotgrad.compiled_autograd.saved import EagerFallback, layout_of
 from aotgrad.compiled_autograd.walk import Walk
+from aotgrad.runtime.backward import BackwardEnv
+from aotgrad.runtime.lower import interpret
 from aotgrad.trace import GraphRecorder
 
 
@@ -297,33 +299,46 @@ def _checks(builder: _Builder, walk: Walk, plans: list, step, plan: StepPlan, in
     return tuple(checks)
 
 
+class _Refused(Exception):
+    """A gradient into an output of aotgrad's function that cannot take one (its message)."""
+
+
+class _CapturedBackward(BackwardEnv):
+    """aotgrad's backward steps run inside the capture: on the fakes of the saved values, with
+    the backward graph's (or its variant's) aten ops recorded into the capture's graph."""
+
+    def __init__(self, ctx, grads: list, saved: list):
+        super().__init__(ctx, tuple(grads))
+        self.saved, self.graph = saved, self.plan.backward_graph
+
+    def refuse(self, message: str) -> None:
+        raise _Refused(message)
+
+    def choose(self, absent: tuple[int, ...]) -> None:
+        variant = self.plan.variants.graph_without(absent)
+        if variant is not None:
+            self.graph, self.absent = variant, absent
+
+    def read_saved(self) -> list:
+        return self.saved
+
+    def call(self, args: list) -> Any:
+        return fx.Interpreter(self.graph).run(*args)
+
+
 def _aotgrad_backward(builder: _Builder, ctx, grads: list, saved: list) -> list:
-    """aotgrad's own compiled function: its backward graph's aten ops, run on the fakes as
-    `CompiledFunction.backward` runs the compiled graph (missing tangents: the variant without
-    them, or zeros; tangents in the layout the graph was traced with). One result per tensor
-    argument of the function (its first argument, the plan, is not one)."""
-    from aotgrad.partition.absent_tangents import without_tangents
-    from aotgrad.runtime.function import _coerce_tangent
-    plan = ctx.plan
-    errors = [message for j, message in plan.backward_errors.items() if grads[j] is not None]
-    if errors:  # CompiledFunction.backward raises here (a gradient into what cannot take one)
-        builder.call(calls.raise_error, (errors[0],))
+    """aotgrad's own compiled function: its backward's steps (runtime/backward.py) on the
+    fakes, its graph's aten ops recorded. One result per tensor argument of the function (its
+    first argument, the plan, is not one)."""
+    env = _CapturedBackward(ctx, grads, saved)
+    try:
+        with builder.recording():
+            interpret(ctx.plan.backward_steps, env)
+    except _Refused as refused:  # CompiledFunction.backward raises here (a gradient into what cannot take one)
+        builder.call(calls.raise_error, (str(refused),))
         return [None] * len(ctx.next_functions)
-    absent = tuple(k for k, j in enumerate(plan.tangent_sources) if grads[j] is None)
-    gm = plan.backward_graph
-    if absent:
-        variant = without_tangents(gm, set(absent))
-        gm, absent = (variant, absent) if variant is not None else (gm, ())
-    with builder.recording():
-        tangents = [_coerce_tangent(grads[j], ctx.out_meta[j], stride)
-                    for k, (j, stride) in enumerate(zip(plan.tangent_sources, plan.tangent_strides))
-                    if k not in absent]
-        results = fx.Interpreter(gm).run(*saved, *ctx.saved_sizes, *tangents)
-    input_grads = [None] * plan.num_inputs
-    for k, i in enumerate(plan.grad_inputs):
-        input_grads[i] = results[k]
     positions = tensor_positions(ctx) or range(1, len(ctx.next_functions) + 1)  # after the plan
-    return [input_grads[p - 1] for p in positions]
+    return [env.input_grads[p - 1] for p in positions]
 
 
 def _accumulate_after_graph(graph: fx.Graph, sites: list) -> tuple[list, tuple]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd.saved import layout_of, packed_by_user
+from aotgrad.runtime.function import CompiledFunction
 
 ACCUMULATE = "accumulate"   # AccumulateGrad: into `.grad`, then post-accumulate hooks
 TRACED = "traced"           # a built-in C++ node: its aten ops go into the graph
@@ -40,7 +41,6 @@ def kind_of(node) -> str:
     if kind is None:
         name = node.name()
         if hasattr(node, "_forward_cls"):  # (not in the table: classes made on the fly would fill it)
-            from aotgrad.runtime.function import CompiledFunction
             return AOTGRAD if node._forward_cls is CompiledFunction and node.plan.backward_inlinable else CUSTOM
         elif name == "torch::autograd::AccumulateGrad":
             kind = ACCUMULATE

@@ -205,7 +205,7 @@ def build_backward(parts: JointParts, saved: list[fx.Node]) -> fx.GraphModule:
 
 def _drop_detaches(graph: fx.Graph) -> None:
     """`aten.detach` in a backward graph reads as its input: the graph runs with autograd not
-    recording (the engine's no_grad, or inside `_BackwardOnce`), so a detach changes nothing
+    recording (the engine's no_grad, or inside `BackwardOnce`), so a detach changes nothing
     and costs a dispatch. One the graph returns stays (the caller gets an alias of its own).
     A saved value read only through `.data` in eager (detaches the tracer tagged
     `own_version_counter`) keeps that on its placeholder: the runtime saves it with a version

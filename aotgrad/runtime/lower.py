@@ -78,10 +78,10 @@ def interpret(steps: Sequence[Step], env: Any) -> Any:
     return env
 
 
-def lower(name: str, head: str, steps: Sequence[Step], tail: str,
+def lower(name: str, head: str, steps: Sequence[Step], tail: str | None,
           constants: dict[str, Any] | None = None) -> Callable | None:
     """The steps as one generated function `name`: `head` (its `def` line), each step's code,
-    `tail`. `constants` are global names every step may use (the section's own values: the
+    `tail` (None: the last step returns). `constants` are global names every step may use (the section's own values: the
     plan, types). None when a step has no straight form, or `generate` is off."""
     if not generate:
         return None
@@ -92,7 +92,8 @@ def lower(name: str, head: str, steps: Sequence[Step], tail: str,
     for step in steps:
         if not step.emit(code):
             return None
-    code(tail)
+    if tail is not None:
+        code(tail)
     return code.build()
 
 

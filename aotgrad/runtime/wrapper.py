@@ -1,12 +1,9 @@
 """The runtime wrapper, generated per graph as straight-line Python that does only what the
 graph needs.
 
-Two functions are generated here (CompiledFunction's forward is made of steps in
-runtime/forward.py, written with the same `Code`, runtime/lower.py):
+One function is generated here (CompiledFunction's forward and backward are made of steps,
+runtime/forward.py and runtime/backward.py, written with the same `Code`, runtime/lower.py):
 
-- `backward_code(plan)`: `CompiledFunction.backward` when every output got a gradient and no
-  graph of the backward is being recorded (create_graph); other calls take the general
-  `CompiledFunction.general_backward`.
 - `call_code(...)`: a whole call of an `AotFunction` entry: checks that the call's inputs are
   those the entry was compiled for (what its cache key says), runs the Function, writes back
   mutated inputs and rebuilds outputs (epilogue), and returns the user's outputs. It returns
@@ -39,7 +36,7 @@ requiring grad; under torch.compile the checks dynamo's guards make are left out
         return return_values[0]
 
 Each generated function keeps its source (`.source`); the compile's record
-(`phases.CompileRecord.wrapper`) holds them with the forward's, for people.
+(`phases.CompileRecord.wrapper`) holds it with the forward's and backward's, for people.
 """
 from __future__ import annotations
 
@@ -52,47 +49,6 @@ from aotgrad.analysis import OutputKind
 from aotgrad.runtime.lower import Code, tuple_of
 
 MISS = object()  # call_code's answer when a call's inputs are not the entry's
-
-
-# -- CompiledFunction.backward ---------------------------------------------------------
-
-def backward_code(plan) -> Callable:
-    """`run_backward(ctx, grads) -> input grads` for `plan`: the straight path when every
-    tangent is present and no backward graph is recorded; else `general_backward`."""
-    from aotgrad.runtime.function import CompiledFunction, _coerce_tangent
-
-    code = Code("run_backward")
-    code.const(CompiledFunction.general_backward, "general_backward")
-    code.const(torch.is_grad_enabled, "grad_enabled")
-    code("def run_backward(ctx, grads):")
-    for j, message in plan.backward_errors.items():
-        code(f"    if grads[{j}] is not None:")
-        code(f"        raise RuntimeError({code.const(message)})")
-    sources = plan.tangent_sources
-    static = all(isinstance(s, tuple) for s in plan.tangent_strides)
-    if not static:  # symbolic layouts (dynamic shapes): made per call
-        code("    return general_backward(ctx, grads)")
-        return code.build()
-    tangents = [f"t{k}" for k in range(len(sources))]
-    missing = " or ".join(f"grads[{j}] is None" for j in sources)
-    code(f"    if grad_enabled(){' or ' + missing if missing else ''}:")
-    code("        return general_backward(ctx, grads)")
-    for k, (j, stride) in enumerate(zip(sources, plan.tangent_strides)):
-        code(f"    t{k} = grads[{j}]")
-        code(f"    if t{k}.stride() != {code.const(stride)} and t{k}.numel() > 1:")
-        code(f"        t{k} = {code.const(_coerce_tangent, 'coerce_tangent')}(t{k}, ctx.out_meta[{j}], "
-             f"{code.const(stride)})")
-    sizes = ", *ctx.saved_sizes" if plan.num_saved_sizes else ""
-    code(f"    args = [*ctx.saved_tensors{sizes}{''.join(', ' + t for t in tangents)}]")
-    if tangents:
-        code(f"    del {', '.join(tangents)}")
-    code("    ctx.maybe_clear_saved_tensors()  # unless retain_graph: the graph frees each as it goes")
-    code(f"    results = {code.const(plan.backward, 'backward')}(args)")
-    grads = ["None"] * (plan.num_inputs + 1)  # the plan's slot first
-    for k, i in enumerate(plan.grad_inputs):
-        grads[i + 1] = f"results[{k}]"
-    code(f"    return {tuple_of(grads)}")
-    return code.build()
 
 
 # -- a whole call ------------------------------------------------------------------

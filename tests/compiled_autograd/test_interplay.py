@@ -3,6 +3,7 @@ autograd Functions, trace_wrapped hooks, and freeing activations as the backward
 import gc
 import os
 import sys
+from typing import Callable
 
 import pytest
 import torch
@@ -43,6 +44,57 @@ def test_backward_through_a_compiled_forward_is_one_graph(backend):
     if backend.startswith("aotgrad"):  # aotgrad's backward graph is inlined: no call out of the graph
         targets = {getattr(n.target, "__name__", "") for n in graphs[0].graph.nodes}
         assert "custom_backward" not in targets
+
+
+def _captured_graphs() -> tuple[list, Callable]:
+    graphs: list = []
+
+    def compiler(gm):
+        graphs.append(gm)
+        return current_compiler()(gm)
+    return graphs, compiler
+
+
+def test_an_aotgrad_function_given_some_gradients_runs_only_what_they_reach_in_the_capture():
+    """Only `exp`'s output gets a gradient: the captured graph holds the backward variant
+    without `sin`'s tangent (runtime/backward.py's steps, with the capture's env), not the
+    whole backward with zeros (which would compute cos(x) * 0)."""
+    f = aotgrad.aot_function(lambda x: (x.exp(), x.sin()), aotgrad.nop)
+
+    def fn():
+        x = torch.randn(5, requires_grad=True)
+        e, _ = f(x)
+        (e * 3).sum().backward()
+        return [x.grad]
+
+    graphs, compiler = _captured_graphs()
+    check(fn, compiler=compiler, captures=1)
+    targets = {str(n.target) for n in graphs[0].graph.nodes}
+    assert "aten.exp.default" in targets or "aten.mul.Tensor" in targets
+    assert "aten.cos.default" not in targets, graphs[0].code
+
+
+def test_a_gradient_into_an_output_eager_cannot_differentiate_raises_in_the_capture():
+    """`a.mul_(a)` on an input: a gradient reaching the written input raises eager's error
+    when the captured graph runs (the steps' refusal, recorded as a call out); the output's own
+    gradient is fine. (The first backward keeps the graph: without retain_graph, compiled
+    autograd takes every saved tensor of the second backward's nodes before running any, so the
+    freed tensors are reported first, where eager's backward refuses before reading them.)"""
+    def fn(a):
+        out = a * 2
+        a.mul_(a)  # mul_'s backward needs the `a` it overwrote
+        return out
+
+    grads = []
+    for f in (fn, aotgrad.aot_function(fn, aotgrad.nop)):
+        leaf = torch.ones(3, requires_grad=True)
+        a = leaf * 1
+        with compiled_autograd.enable(current_compiler()):
+            f(a).sum().backward(retain_graph=True)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                a.sum().backward()
+        grads.append(leaf.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
 
 
 def test_torch_compile_of_a_function_that_calls_backward():

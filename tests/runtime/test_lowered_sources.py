@@ -19,8 +19,8 @@ name got in.
 
 `force_general_path` (and the fixture `general_path`) make compiles take the general path where
 the runtime has one without library edits: no generated call (TrainingRuntime / InferenceRuntime
-and `Epilogue.run` run instead), the forward's steps interpreted (runtime/forward.py), and
-`CompiledFunction.general_backward` for every backward.
+and `Epilogue.run` run instead), and the forward's and backward's steps interpreted
+(runtime/forward.py, runtime/backward.py).
 """
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ from expecttest import TestCase
 import aotgrad
 from aotgrad import backends
 from aotgrad.observe import phases
-from aotgrad.runtime.function import CompiledFunction
-from tests.general_path import GENERAL_BACKWARD, force_general_path
+from tests.general_path import force_general_path
 from tests.oracle import clone_inputs
 
 
@@ -779,10 +778,9 @@ def run_backward(ctx, grads):
     return (None, None, results[0])
 """)
 
-
     def test_dynamic_tangent_layout(self):
-        """dynamic=True with a tangent of symbolic layout ([s0, s1]): the backward is only the
-        general one."""
+        """dynamic=True with a tangent of symbolic layout ([s0, s1]): the tangent's layout is made
+        per call, which has no straight code (PrepareTangents), so the backward is interpreted."""
         self.assertExpectedInline(_golden("dynamic_tangent_layout"), """\
 def call(args):  # torch.compile graph
     if len(args) != 3:
@@ -810,8 +808,11 @@ def run_forward(ctx, args):  # outputs: 1
     ctx.set_materialize_grads(False)
     return (o0,)
 
-def run_backward(ctx, grads):
-    return general_backward(ctx, grads)
+# run_backward: interpreted
+#   ChooseVariant(sources=(0,))
+#   PrepareTangents(sources=(0,), layouts=(DenseOrder(inner_to_outer=(1, 0)),))
+#   CallBackward(backward=run, tangents=1, sizes=False)
+#   ScatterGrads(inputs=3, grad_inputs=(1, 2))
 """)
 
 
@@ -836,7 +837,7 @@ def test_the_general_path_does_what_the_generated_code_does(name, monkeypatch):
     assert general_record.wrapper.startswith("# (calls take the general path)")
     if "def run_forward" in generated_record.wrapper:  # (a training compile)
         assert "# run_forward: interpreted" in general_record.wrapper and "def run_forward" not in general_record.wrapper
-        assert GENERAL_BACKWARD in general_record.wrapper and "def run_backward" not in general_record.wrapper
+        assert "# run_backward: interpreted" in general_record.wrapper and "def run_backward" not in general_record.wrapper
         assert backwards or all(g is None for g in general.grads)
     _assert_same(general, generated, exact=True)
     _assert_same(generated, _observe(case.fn, case), exact=False)
@@ -844,9 +845,10 @@ def test_the_general_path_does_what_the_generated_code_does(name, monkeypatch):
 
 def test_the_general_path_fixture_turns_the_generated_call_off(general_path):
     """With `general_path`, a compile of a function that would get a generated call gets none,
-    its forward steps are interpreted and its backward runs general_backward."""
+    its forward and backward steps are interpreted."""
     record, observed = _compile_and_observe(CASES["plain"])
     assert record.wrapper.startswith("# (calls take the general path)")
     assert "# run_forward: interpreted\n#   CallGraph(" in record.wrapper
+    assert "# run_backward: interpreted\n#   ChooseVariant(" in record.wrapper
     assert len(general_path) == 1
     _assert_same(observed, _observe(matmul_relu, CASES["plain"]), exact=False)

@@ -1,6 +1,6 @@
 """A saved tensor modified in place after the forward fails the backward only if the given
 grads need it, as in eager: the engine runs (and version-checks) only the backward nodes a
-gradient reaches (runtime/function.py, `_saved_tensors_read`)."""
+gradient reaches (runtime/backward.py, `saved_tensors_read`)."""
 import pytest
 import torch
 

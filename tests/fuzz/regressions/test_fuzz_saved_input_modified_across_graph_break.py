@@ -9,7 +9,7 @@ operation". PyTorch's aot_eager raises the same.
 
 Stage: runtime. The backward variant for the missing tangent (partition/absent_tangents.py)
 no longer read `a`, but the saved tensors were unpacked all at once. Fixed (session 4): when
-unpacking them all fails autograd's version check, `_saved_tensors_read` (runtime/function.py)
+unpacking them all fails autograd's version check, `saved_tensors_read` (runtime/backward.py)
 unpacks one by one and checks only those the variant reads.
 """
 import torch
