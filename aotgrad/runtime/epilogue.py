@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from aotgrad.analysis import ForwardAnalysis, OutputKind, ViewStep
+from aotgrad.runtime.lower import Code, interpret
 from aotgrad.runtime.sizes import SymbolSources, concrete, has_symbols
 from aotgrad.trace.symbolic import free_symbols
 
@@ -227,16 +228,10 @@ class Epilogue:
     scalar_outputs: list[int] = field(default_factory=list)  # symbolic numbers, returned as 0-d tensors
     metadata: list[ReplayMetadata] = field(default_factory=list)  # inputs' metadata, around the write-backs
 
+    num_inputs: int = 0  # the flat inputs the epilogue is run with
+
     def __post_init__(self):
-        # The write-backs by how they run (read by runtime/wrapper.py's generated epilogue too):
-        # (input index, slot) of the quiet and of the unversioned ones, each kind in one
-        # `_foreach_copy_`; the inputs written inside the graph whose version eager bumps; the
-        # others one by one, before (`loud`) or after (`late`) the metadata replay
-        self.quiet = [(w.input_index, w.slot) for w in self.write_backs if w.quiet]
-        self.unversioned = [(w.input_index, w.slot) for w in self.write_backs if w.unversioned]
-        self.bumped = [w.input_index for w in self.write_backs if w.in_graph and w.bumps_version]
-        self.loud = [w for w in self.write_backs if not (w.quiet or w.unversioned or w.after_metadata or w.in_graph)]
-        self.late = [w for w in self.write_backs if w.after_metadata]
+        self.steps = epilogue_steps(self)
 
     def written_in_graph(self, slots) -> "Epilogue":
         """This epilogue for a compiled forward that writes the write-backs at `slots` into its
@@ -287,44 +282,11 @@ class Epilogue:
         sizes = SymbolSources.of(symbol_sources or {}, analysis.forward_outputs,
                                  analysis.symbol_outputs) if symbolic else None
         return Epilogue(write_backs, outputs, changed, list(analysis.leaf_outputs), sizes, restrides,
-                        list(scalar_outputs), metadata)
+                        list(scalar_outputs), metadata, len(analysis.inputs))
 
     def run(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]) -> list[Any]:
-        env = self.sizes.bind(inputs, outs) if self.sizes is not None else None  # (before metadata changes)
-        metadata = [m.concrete(env) if m.symbolic else m for m in self.metadata] if self.metadata else ()
-        for m in metadata:
-            m.before_write(inputs)
-        if self.quiet:
-            with torch.no_grad():  # distinct inputs (aliased ones share one base): order is free
-                torch._foreach_copy_([inputs[i] for i, _ in self.quiet], [outs[k] for _, k in self.quiet])
-        if self.unversioned:
-            with torch.no_grad():
-                torch._foreach_copy_([inputs[i].data for i, _ in self.unversioned],
-                                     [outs[k] for _, k in self.unversioned])
-        if self.bumped:
-            torch.autograd.graph.increment_version([inputs[i] for i in self.bumped])
-        for step in self.loud:
-            step.run(inputs, outs)
-        for m in metadata:
-            m.after_write(inputs)
-        for step in self.late:
-            step.run(inputs, outs)
-        for j in self.leaf_outputs:
-            outs[j].requires_grad_(True)  # made a leaf inside the function, e.g. nn.Parameter(...)
-        built: list[Any] = []
-        if self.restrides:
-            outs = list(outs)
-            for restride in self.restrides:
-                (restride.concrete(env) if restride.symbolic else restride).run(outs)
-        for step in self.outputs:
-            if step.symbolic:
-                step = step.concrete(env)
-            built.append(step.run(inputs, outs, built))
-        for j in self.scalar_outputs:
-            built[j] = built[j].item()
-        if self.grad_mode_after is not None:
-            torch.set_grad_enabled(self.grad_mode_after)
-        return built
+        """The user outputs, after the writes into `inputs` (the steps interpreted)."""
+        return interpret(self.steps, EpilogueEnv(inputs, outs)).built
 
     def __repr__(self) -> str:
         lines = [f"  {s}" for s in self.write_backs + self.metadata + self.restrides + self.outputs]
@@ -349,3 +311,226 @@ def _restride_bases(analysis: ForwardAnalysis, symbol_sources: dict) -> list[Res
     return steps
 
 
+
+
+# -- the epilogue's steps (runtime/lower.py: run and emit side by side) -------------------
+
+class EpilogueEnv:
+    """The epilogue's values. In the generated call, input i is the local `a{i}`, the compiled
+    forward's outputs are `outs` and the user outputs `return_values` (`built` here)."""
+
+    __slots__ = ("inputs", "outs", "sizes", "metadata", "built")
+
+    def __init__(self, inputs: Sequence[torch.Tensor], outs: Sequence[Any]):
+        self.inputs, self.outs = inputs, outs
+        self.sizes: dict | None = None
+        self.metadata: Sequence[ReplayMetadata] = ()
+        self.built: list[Any] = []
+
+
+@dataclass(frozen=True)
+class BindSizes:
+    """Dynamic shapes: the call's values of the symbols the steps below read (read before any
+    metadata changes)."""
+
+    sources: SymbolSources
+
+    def run(self, env: EpilogueEnv) -> None:
+        env.sizes = self.sources.bind(env.inputs, env.outs)
+
+    def emit(self, code: Code) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class MetadataBeforeWrites:
+    """The inputs' metadata replays (`ReplayMetadata`), with the call's sizes, and their part
+    before the data write-backs (a `detach_()` of an input detached and then written)."""
+
+    replays: tuple[ReplayMetadata, ...]
+
+    def run(self, env: EpilogueEnv) -> None:
+        env.metadata = [m.concrete(env.sizes) if m.symbolic else m for m in self.replays]
+        for m in env.metadata:
+            m.before_write(env.inputs)
+
+    def emit(self, code: Code) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class WriteTogether:
+    """Write-backs hidden from autograd, all in one `_foreach_copy_` under no_grad (distinct
+    inputs, aliased ones share one base: the order is free): `pairs` of (input, forward output
+    slot). `through_data`: into the inputs' `.data`, bumping no version, as eager writes
+    BatchNorm's running mean and variance; else into the inputs (BatchNorm's count)."""
+
+    pairs: tuple[tuple[int, int], ...]
+    through_data: bool
+
+    def run(self, env: EpilogueEnv) -> None:
+        inputs, outs = env.inputs, env.outs
+        with torch.no_grad():
+            torch._foreach_copy_([inputs[i].data if self.through_data else inputs[i] for i, _ in self.pairs],
+                                 [outs[k] for _, k in self.pairs])
+
+    def emit(self, code: Code) -> bool:
+        targets = ", ".join(f"a{i}.data" if self.through_data else f"a{i}" for i, _ in self.pairs)
+        sources = ", ".join(f"outs[{k}]" for _, k in self.pairs)
+        comment = "written as eager does: no version bump" if self.through_data else \
+            "written back: not seen by autograd"
+        code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # {comment}")
+        code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
+        return True
+
+
+@dataclass(frozen=True)
+class BumpVersions:
+    """Inputs the compiled graph wrote itself (Epilogue.written_in_graph): only the version
+    bump eager's write made is left."""
+
+    inputs: tuple[int, ...]
+
+    def run(self, env: EpilogueEnv) -> None:
+        torch.autograd.graph.increment_version([env.inputs[i] for i in self.inputs])
+
+    def emit(self, code: Code) -> bool:
+        bumped = ", ".join(f"a{i}" for i in self.inputs)
+        code(f"    {code.const(torch.autograd.graph.increment_version, 'increment_version')}([{bumped}])"
+             "  # written inside the graph: their version bumps")
+        return True
+
+
+@dataclass(frozen=True)
+class WriteOneByOne:
+    """The other write-backs, each by its own `WriteBack.run` (autograd may see them); `late`:
+    those after the metadata replay (the input's storage grew). `inputs`: how many inputs the
+    call has (the generated code passes them as one list)."""
+
+    writes: tuple[WriteBack, ...]
+    inputs: int
+    late: bool = False
+
+    def run(self, env: EpilogueEnv) -> None:
+        for w in self.writes:
+            w.run(env.inputs, env.outs)
+
+    def emit(self, code: Code) -> bool:
+        if self.late or any(w.input_index >= self.inputs for w in self.writes):
+            return False  # (late ones come with a metadata replay, which is interpreted)
+        code(f"    inputs = [{', '.join(f'a{i}' for i in range(self.inputs))}]")
+        for w in self.writes:
+            code(f"    {code.const(w)}.run(inputs, outs)  # write back input {w.input_index}")
+        return True
+
+
+@dataclass(frozen=True)
+class MetadataAfterWrites:
+    """The inputs' metadata ops replayed on the caller's tensors after their data is written
+    (in the original geometry), then a `detach_()` or `requires_grad_()` where eager's ends so."""
+
+    def run(self, env: EpilogueEnv) -> None:
+        for m in env.metadata:
+            m.after_write(env.inputs)
+
+    def emit(self, code: Code) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class MarkLeaves:
+    """Forward outputs made leaves inside the function (`nn.Parameter(...)`) require grad."""
+
+    outputs: tuple[int, ...]
+
+    def run(self, env: EpilogueEnv) -> None:
+        for j in self.outputs:
+            env.outs[j].requires_grad_(True)
+
+    def emit(self, code: Code) -> bool:
+        for j in self.outputs:
+            code(f"    outs[{j}].requires_grad_(True)  # a leaf made inside the function")
+        return True
+
+
+@dataclass(frozen=True)
+class RestrideBases:
+    """Forward outputs that other outputs view, given eager's strides (`RestrideBase`)."""
+
+    restrides: tuple[RestrideBase, ...]
+
+    def run(self, env: EpilogueEnv) -> None:
+        outs = list(env.outs)
+        for restride in self.restrides:
+            (restride.concrete(env.sizes) if restride.symbolic else restride).run(outs)
+        env.outs = outs
+
+    def emit(self, code: Code) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class RebuildOutputs:
+    """The user outputs, each from its kind (`RebuildOutput`); written out when each is a
+    forward output or an input as it is."""
+
+    outputs: tuple[RebuildOutput, ...]
+
+    def run(self, env: EpilogueEnv) -> None:
+        built = env.built
+        for step in self.outputs:
+            built.append((step.concrete(env.sizes) if step.symbolic else step).run(env.inputs, env.outs, built))
+
+    def emit(self, code: Code) -> bool:
+        if not all(o.kind in (OutputKind.FRESH, OutputKind.INPUT) for o in self.outputs):
+            return False
+        values = [f"outs[{o.index}]" if o.kind is OutputKind.FRESH else f"a{o.index}" for o in self.outputs]
+        code(f"    return_values = [{', '.join(values)}]")
+        return True
+
+
+@dataclass(frozen=True)
+class ScalarOutputs:
+    """Symbolic numbers the function returned, as Python numbers (`.item()` of their 0-d tensors)."""
+
+    outputs: tuple[int, ...]
+
+    def run(self, env: EpilogueEnv) -> None:
+        for j in self.outputs:
+            env.built[j] = env.built[j].item()
+
+    def emit(self, code: Code) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class RestoreGradMode:
+    """The grad mode the function left (`torch.set_grad_enabled` inside it)."""
+
+    mode: bool
+
+    def run(self, env: EpilogueEnv) -> None:
+        torch.set_grad_enabled(self.mode)
+
+    def emit(self, code: Code) -> bool:
+        return False
+
+
+def epilogue_steps(e: Epilogue) -> tuple:
+    """The epilogue's steps, in the order they run, only those it needs."""
+    steps: list = [BindSizes(e.sizes)] if e.sizes is not None else []
+    if e.metadata:
+        steps.append(MetadataBeforeWrites(tuple(e.metadata)))
+    quiet = tuple((w.input_index, w.slot) for w in e.write_backs if w.quiet)
+    unversioned = tuple((w.input_index, w.slot) for w in e.write_backs if w.unversioned)
+    bumped = tuple(w.input_index for w in e.write_backs if w.in_graph and w.bumps_version)
+    loud = tuple(w for w in e.write_backs if not (w.quiet or w.unversioned or w.after_metadata or w.in_graph))
+    late = tuple(w for w in e.write_backs if w.after_metadata)
+    steps += [step for step, present in (
+        (WriteTogether(quiet, through_data=False), quiet), (WriteTogether(unversioned, through_data=True), unversioned),
+        (BumpVersions(bumped), bumped), (WriteOneByOne(loud, e.num_inputs), loud),
+        (MetadataAfterWrites(), e.metadata), (WriteOneByOne(late, e.num_inputs, late=True), late),
+        (MarkLeaves(tuple(e.leaf_outputs)), e.leaf_outputs), (RestrideBases(tuple(e.restrides)), e.restrides),
+        (RebuildOutputs(tuple(e.outputs)), True), (ScalarOutputs(tuple(e.scalar_outputs)), e.scalar_outputs),
+        (RestoreGradMode(e.grad_mode_after), e.grad_mode_after is not None)) if present]
+    return tuple(steps)

@@ -10,7 +10,7 @@ form, and then the whole section is interpreted.
 - `interpret(steps, env)` runs the steps in order.
 - `lower(name, head, steps, tail)` writes them between a head (the `def` line) and a tail (the
   `return` line) and builds the function, or answers None (a step said False, or `generate` is
-  off). The function keeps its source (`.source`); an interpreted section's printout is
+  off); `emit_all(code, steps)` writes a part of a section, or leaves the code as it was. The function keeps its source (`.source`); an interpreted section's printout is
   `describe(name, steps)`.
 
 Generated code is the fast path (per-call overhead well below `aot_eager`'s); the interpreter
@@ -89,12 +89,24 @@ def lower(name: str, head: str, steps: Sequence[Step], tail: str | None,
     for key, value in (constants or {}).items():
         code.const(value, key)
     code(head)
-    for step in steps:
-        if not step.emit(code):
-            return None
+    if not emit_all(code, steps):
+        return None
     if tail is not None:
         code(tail)
     return code.build()
+
+
+def emit_all(code: Code, steps: Sequence[Step]) -> bool:
+    """Write every step into `code`; if one has no straight form, leave `code` as it was (lines
+    and constants) and answer False: the caller then runs the steps interpreted (a part of a
+    section, such as the epilogue inside a call, can be one line calling the interpreter)."""
+    lines, names, namespace = len(code.lines), dict(code._names), dict(code.namespace)
+    for step in steps:
+        if not step.emit(code):
+            del code.lines[lines:]
+            code._names, code.namespace = names, namespace
+            return False
+    return True
 
 
 def describe(name: str, steps: Sequence[Step]) -> str:

@@ -46,7 +46,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from aotgrad.analysis import OutputKind
-from aotgrad.runtime.lower import Code, tuple_of
+from aotgrad.runtime.lower import Code, emit_all
 
 MISS = object()  # call_code's answer when a call's inputs are not the entry's
 
@@ -149,39 +149,10 @@ def _training_call(code: Code, runtime, args: list[str], function) -> None:
 
 
 def _epilogue(code: Code, epilogue, args: list[str]) -> None:
-    """The epilogue's steps, written out where they are plain (fresh outputs, inputs returned,
-    BatchNorm-style write-backs); the others call the step's own `run`."""
-    simple = (epilogue.sizes is None and not epilogue.restrides and not epilogue.scalar_outputs
-              and epilogue.grad_mode_after is None and not epilogue.metadata
-              and all(o.kind in (OutputKind.FRESH, OutputKind.INPUT) for o in epilogue.outputs))
-    if not simple:
+    """The epilogue's steps written out where they are plain (fresh outputs, inputs returned,
+    BatchNorm-style write-backs); else one line running them (`Epilogue.run`)."""
+    if not emit_all(code, epilogue.steps):
         code(f"    return_values = {code.const(epilogue, 'epilogue')}.run([{', '.join(args)}], outs)")
-        return
-    # (no write-back runs after a metadata replay here: a simple epilogue has no metadata steps)
-    _write_together(code, [(args[i], k) for i, k in epilogue.quiet], "written back: not seen by autograd")
-    _write_together(code, [(f"{args[i]}.data", k) for i, k in epilogue.unversioned],
-                    "written as eager does: no version bump")
-    if epilogue.bumped:
-        bumped = ", ".join(args[i] for i in epilogue.bumped)
-        code(f"    {code.const(torch.autograd.graph.increment_version, 'increment_version')}([{bumped}])"
-             "  # written inside the graph: their version bumps")
-    if epilogue.loud:
-        code(f"    inputs = [{', '.join(args)}]")
-    for w in epilogue.loud:
-        code(f"    {code.const(w)}.run(inputs, outs)  # write back input {w.input_index}")
-    for j in epilogue.leaf_outputs:
-        code(f"    outs[{j}].requires_grad_(True)  # a leaf made inside the function")
-    values = [f"outs[{o.index}]" if o.kind is OutputKind.FRESH else args[o.index] for o in epilogue.outputs]
-    code(f"    return_values = [{', '.join(values)}]")
-
-
-def _write_together(code: Code, writes: list[tuple[str, int]], comment: str) -> None:
-    """One `_foreach_copy_` under no_grad of (target expression, forward output slot) pairs."""
-    if writes:
-        targets = ", ".join(target for target, _ in writes)
-        sources = ", ".join(f"outs[{k}]" for _, k in writes)
-        code(f"    with {code.const(torch.no_grad, 'no_grad')}():  # {comment}")
-        code(f"        {code.const(torch._foreach_copy_, 'foreach_copy_')}([{targets}], [{sources}])")
 
 
 def _unflatten(code: Code, out_spec: Any) -> None:

@@ -59,3 +59,14 @@ def test_an_interpreted_section_prints_one_step_per_line_without_addresses():
         return args
     assert lowering.describe("run", (Call(forward, 2), Add(1))) == (
         "# run: interpreted\n#   Call(graph=forward, count=2)\n#   Add(amount=1)\n")
+
+
+def test_a_part_without_straight_form_leaves_the_code_as_it_was():
+    code = lowering.Code("f")
+    code("def f(total):")
+    code.const("kept")
+    assert lowering.emit_all(code, (Add(7), Add(8))) is True
+    lines, names = list(code.lines), dict(code.namespace)
+    assert lowering.emit_all(code, (Add(2), NoStraightForm())) is False
+    assert code.lines == lines and code.namespace == names
+    assert code.const(9) == "c3"  # numbering goes on from the kept constants, not the dropped one
