@@ -23,6 +23,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from aotgrad.errors import UnsupportedError
 from aotgrad.trace.fake import shares_version_counter
 
 
@@ -348,13 +349,11 @@ def _with_replay(info: OutputInfo, out: torch.Tensor, bases: dict[fx.Node, int],
         return dataclasses.replace(info, index=found[0], replay=found[1] + made_leaf)
     base = base_values[info.index]
     if _is_leaf_view(out) and not base.requires_grad:
-        from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
             "aotgrad cannot rebuild an output that is a view made a leaf requiring grad (`v.requires_grad_()`) "
             "when the view ops that made it were not all recorded. To continue: return `.clone()` of the "
             "view before making it require grad.")
     if (out.dtype, out.is_conj(), out.is_neg()) != (base.dtype, base.is_conj(), base.is_neg()):
-        from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
             f"aotgrad cannot rebuild an output of dtype {out.dtype} (conj={out.is_conj()}, "
             f"neg={out.is_neg()}) that views a tensor of dtype {base.dtype}: the view ops that made it "
@@ -517,7 +516,6 @@ def _history_carrier(out: torch.Tensor, k: int, viewed: bool) -> torch.Tensor:
     after a write to the base; the rebuilt alias keeps the carried one)."""
     requires_grad, has_grad_fn = _autograd_of(out)
     if viewed or not (requires_grad and has_grad_fn):
-        from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
             f"aotgrad cannot rebuild output {k}: it shares memory with another tensor the caller gets, "
             f"but its autograd history (requires_grad={requires_grad}) is not what a view of that tensor "

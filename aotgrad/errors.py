@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -68,10 +69,25 @@ class MutatedAliasedInputsError(UnsupportedError):
         self.group = group
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_AOTGRAD_DIR = os.path.dirname(os.path.abspath(__file__))
+_STDLIB_DIR = os.path.dirname(os.__file__)
+
+
+def is_library_file(filename: str) -> bool:
+    """Is `filename` torch's, aotgrad's, the standard library's or generated code (`<...>`), not
+    the user's? Errors and graph nodes point at the innermost user frame."""
+    return (
+        filename.startswith(_TORCH_DIR)
+        or filename.startswith(_AOTGRAD_DIR)
+        or filename.startswith(_STDLIB_DIR)
+        or filename.startswith("<")
+    )
+
+
 def user_line_of(exc: BaseException) -> str | None:
     """The innermost user frame of an exception's traceback, as 'file:line  code'."""
-    from aotgrad.trace.tracer import _is_library_file  # errors.py is imported by the tracer's modules
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library_file(f.filename)]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not is_library_file(f.filename)]
     if not frames:
         return None
     f = frames[-1]

@@ -23,6 +23,7 @@ import inspect
 import logging
 from typing import Callable
 
+from aotgrad import api
 from aotgrad.compiled_autograd import cache, calls, engine, hooks, reducers, replay
 from aotgrad.errors import CompilerSignatureError
 
@@ -102,12 +103,14 @@ def _defined_at(fn) -> str:
     return f"\n  compiler_fn defined at {code.co_filename}:{code.co_firstlineno}"
 
 
-def _name_of(fn) -> str:
-    """`aotgrad.nop` for aotgrad's public functions, else the module and qualified name."""
-    import aotgrad
+_PUBLIC_FUNCTIONS = ("nop", "aot_function", "aot_module", "aot_module_simplified")
 
+
+def _name_of(fn) -> str:
+    """`aotgrad.nop` for aotgrad's entry points and compilers (api.py), else the module and
+    qualified name."""
     name = getattr(fn, "__name__", None)
-    if name is not None and getattr(aotgrad, name, None) is fn:
+    if name in _PUBLIC_FUNCTIONS and getattr(api, name) is fn:
         return f"aotgrad.{name}"
     qualname = getattr(fn, "__qualname__", None) or name or type(fn).__qualname__
     module = getattr(fn, "__module__", None)

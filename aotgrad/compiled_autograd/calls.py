@@ -18,7 +18,9 @@ from torch.autograd.graph import GradientEdge
 
 from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
-from aotgrad.compiled_autograd.saved import TORCH_ENGINE
+from aotgrad.compiled_autograd.hooks import TensorHooksMarker, materialize_grads, output_kinds
+from aotgrad.compiled_autograd.saved import FREED_MESSAGE, TORCH_ENGINE
+from aotgrad.errors import UnsupportedError
 
 
 def _hook_name(hook) -> str:
@@ -44,7 +46,6 @@ def _kept_defined(hook, old, new):
     """A gradient the captured graph goes on with as a tensor: a hook that made it None has
     changed what the graph is for."""
     if new is None and old is not None:
-        from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
             f"hook '{_hook_name(hook)}' returned None for a gradient, which eager would pass on as "
             "undefined; compiled autograd captured this backward with a gradient there. Return the "
@@ -88,7 +89,6 @@ def _hook_values(hook, before: tuple, result) -> list:
 def pre_hooks(hooks: dict, grads: list) -> list:
     """Node pre-hooks: each sees the gradients the previous one left; None keeps them.
     (aotgrad's tensor-hook markers in the same dict do nothing.)"""
-    from aotgrad.compiled_autograd.hooks import TensorHooksMarker
     for hook in list(hooks.values()):
         if isinstance(hook, TensorHooksMarker):
             continue
@@ -112,7 +112,6 @@ def freed(*args):
     """Marker pre-hook on a node whose saved state aotgrad cannot release (a node run as is, a
     tensor the user's saved_tensors_hooks hold): after a backward without retain_graph, a
     second backward through it raises eager's error."""
-    from aotgrad.compiled_autograd.saved import FREED_MESSAGE
     raise RuntimeError(FREED_MESSAGE)
 
 
@@ -208,7 +207,6 @@ def _materialized(ctx, grads: list) -> list:
     """PyNode's missing gradients: zeros for tensor outputs (non-differentiable ones too,
     unless `_materialize_non_diff_grads` is off), None for non-tensor outputs, all None with
     `set_materialize_grads(False)`."""
-    from aotgrad.compiled_autograd.hooks import materialize_grads, output_kinds
     if not materialize_grads(ctx) or all(g is not None for g in grads):
         return grads
     kinds = output_kinds(ctx) or ("diff",) * len(grads)
@@ -373,7 +371,6 @@ def expect_grad(name: str, index: int, grad, shape, dtype, device, may_be_none: 
     gradient goes straight into `.grad` (`may_be_none`: None then accumulates nothing). The
     graph was traced with a contiguous tensor here, so it gets one (same values)."""
     if grad is None and not may_be_none:
-        from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
             f"{name} returned no gradient (None) at index {index}, where it returned one when compiled "
             "autograd captured this backward; the captured graph cannot skip that gradient. Return zeros "
@@ -383,7 +380,6 @@ def expect_grad(name: str, index: int, grad, shape, dtype, device, may_be_none: 
     if grad is not None and grad.layout is not torch.strided:  # a sparse gradient, as eager lets through
         if may_be_none:  # straight into `.grad` or a result: as it is, as in eager
             return grad
-        from aotgrad.errors import UnsupportedError
         raise UnsupportedError(
             f"{name} returned a {grad.layout} gradient at index {index}, where compiled autograd captured this "
             "backward with a dense one flowing on into other nodes. Return a dense gradient there, or run this "

@@ -33,10 +33,12 @@ this for one step (`n` is the node the edges of earlier steps resolved):
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from aotgrad.compiled_autograd import hooks as hook_lookup
-from aotgrad.compiled_autograd.dynamic import contiguous_layout
+from aotgrad.compiled_autograd.dynamic import contiguous_layout, symbolic_attributes
 from aotgrad.compiled_autograd.kinds import (
     ACCUMULATE, AOTGRAD, CUSTOM, OPAQUE, TRACED, UNDEFINED, holds_state, kind_of_type, node_class)
 from aotgrad.compiled_autograd.saved import EagerFallback, hashable, layout_of, take_ctx_tensors, take_tensors
@@ -291,9 +293,6 @@ def value_reader(node_type: type, layout) -> tuple:
     """(read all saved values of a node at once, per value: its name if it may be a symbol)."""
     reader = _value_readers.get(node_type)
     if reader is None:
-        import operator
-
-        from aotgrad.compiled_autograd.dynamic import symbolic_attributes
         symbolic = symbolic_attributes(node_type)
         names = layout.values
         if not names:

@@ -74,6 +74,7 @@ from aotgrad import config
 from aotgrad.errors import AotgradError
 from aotgrad.observe.printing import source_line
 from aotgrad.partition import cost, peak
+from aotgrad.partition.default import saved_values
 from aotgrad.partition.flow import FlowNetwork, Residual
 from aotgrad.partition.graphs import JointParts, build_backward, build_forward, split_joint, with_bare_symbols
 from aotgrad.partition.repeated import merge_repeated
@@ -246,7 +247,6 @@ def _unsafe_to_save(parts: JointParts) -> set[fx.Node]:
         where(b > 0, b, b) returning b too: the mask is saved, not b (recomputing the mask
         from b would read b after the caller's `b.add_(1)`)
     """
-    from aotgrad.partition.default import saved_values
     visible = set()
     returned = [parts.primals[i] for i in parts.joint.meta.get("returned_inputs", ()) if i < len(parts.primals)]
     for node in [*parts.fw_outputs, *returned]:
@@ -274,7 +274,6 @@ def _read_through_data_outputs(parts: JointParts) -> set[fx.Node]:
 
         v0 = a * w; return v0.cos(), v0.data    (mul is saved, not recomputed from a and w)
     """
-    from aotgrad.partition.default import saved_values
     visible = {StorageWeakRef(n.meta["val"].untyped_storage()) for n in parts.fw_outputs
                if isinstance(n, fx.Node) and n.meta.get("own_version_counter")
                and isinstance(n.meta.get("val"), torch.Tensor)}

@@ -32,6 +32,7 @@ from typing import Iterator
 import torch
 import torch.fx as fx
 
+from aotgrad import config
 from aotgrad.observe import phases
 from aotgrad.observe.printing import format_graph
 from aotgrad.tooling import report_words
@@ -148,18 +149,16 @@ def run_with_report(command: list[str], backend: str = "auto") -> Run:
     aotgrad's disk cache is a new, empty folder for the run, deleted after: every graph is
     traced (a graph loaded from the cache has no joint graph to draw the memory-vs-recompute
     curve from), and each record says whether its graphs could be stored, or why not."""
-    import aotgrad  # registers the backends
-
     run = Run(command, backend)
     started = time.perf_counter()
-    cache_dir = aotgrad.config.cache_dir
+    cache_dir = config.cache_dir
     try:
         with tempfile.TemporaryDirectory(prefix="aotgrad-report-") as folder:
-            aotgrad.config.cache_dir = folder
+            config.cache_dir = folder
             with substitute(backend, run.substitutions), watching(run):
                 run.exit_status, run.traceback = run_as_main(command)
     finally:
-        aotgrad.config.cache_dir = cache_dir
+        config.cache_dir = cache_dir
     run.wall_seconds = time.perf_counter() - started
     return run
 

@@ -26,7 +26,6 @@ import contextlib
 import functools
 import linecache
 import operator
-import os
 import sys
 from typing import Any, Callable
 
@@ -40,28 +39,16 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.weak import WeakIdKeyDictionary
 
 from aotgrad import compat
-from aotgrad.errors import UnsupportedError
+from aotgrad.errors import UnsupportedError, is_library_file
 from aotgrad.trace.fake import shares_version_counter
 from aotgrad.trace.grad_mode_ops import recorded_op
 from aotgrad.trace.symbolic import SYMBOLIC_TYPES, SymbolicValues, has_symbols
 
 aten = torch.ops.aten
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_AOTGRAD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_STDLIB_DIR = os.path.dirname(os.__file__)
 
 # Ops that only answer questions about tensors (device, layout); they make no value.
 _NOT_RECORDED = {torch.ops.prim.device.default, torch.ops.prim.layout.default}
-
-
-def _is_library_file(filename: str) -> bool:
-    return (
-        filename.startswith(_TORCH_DIR)
-        or filename.startswith(_AOTGRAD_DIR)
-        or filename.startswith(_STDLIB_DIR)
-        or filename.startswith("<")
-    )
 
 
 def user_stack_trace(frame=None, depth: int = 2) -> str | None:
@@ -70,7 +57,7 @@ def user_stack_trace(frame=None, depth: int = 2) -> str | None:
     lines = []
     while frame is not None and len(lines) < depth:
         code = frame.f_code
-        if not _is_library_file(code.co_filename):
+        if not is_library_file(code.co_filename):
             src = linecache.getline(code.co_filename, frame.f_lineno).strip()
             lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}\n    {src}\n')
         frame = frame.f_back
