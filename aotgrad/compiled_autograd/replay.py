@@ -20,8 +20,8 @@ import threading
 from collections import OrderedDict
 from typing import Callable
 
-from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd.collect import Collected
+from aotgrad.compiled_autograd.replay_code import Hit, generate
 
 _KEEP = 8              # templates kept per compiler, most recently used first
 
@@ -42,37 +42,6 @@ def make_template(collected: Collected, entries: list) -> Template | None:
     reaching nodes the walk leaves out, a root or input the walk does not reach)."""
     matcher = generate(collected.structure, entries)
     return Template(collected.structure, entries, matcher) if matcher is not None else None
-
-
-class Hit:
-    """A matched backward: the cache entries of its structure, its sizes, the graph's objects, and the saved
-    tensors (with the SavedTensor each came from) to hand to the graph."""
-    __slots__ = ("entries", "sizes", "objects", "keeps_state", "root_grads", "raws", "values", "owners")
-
-    def __init__(self, entries, sizes, objects, keeps_state, root_grads, raws, values, owners):
-        self.entries = entries
-        self.sizes = sizes
-        self.objects = objects
-        self.keeps_state = keeps_state
-        self.root_grads = root_grads
-        self.raws = raws        # SavedTensor per saved tensor, in the graph's input order
-        self.values = values    # the tensors their getters gave
-        self.owners = owners    # the node each came from
-
-    def take(self, keep_graph: bool) -> list:
-        """The graph's input list: root gradients, then the saved tensors. Without keep_graph
-        they are taken out of their nodes (the list is then their only holder)."""
-        inputs = list(self.root_grads)
-        if keep_graph:  # the nodes keep them; a saved output is passed without its history
-            inputs.extend(v.detach() if v.grad_fn is node else v for v, node in zip(self.values, self.owners))
-        else:
-            self.values = None
-            for raw in self.raws:
-                raw.register_hooks(inputs.append, calls.freed)  # a later unpack raises eager's error
-            if len(inputs) != len(self.root_grads) + len(self.raws):
-                raise AssertionError("compiled autograd: a saved tensor was not handed over")
-        self.raws = self.owners = None
-        return inputs
 
 
 class Templates:
@@ -119,6 +88,3 @@ def templates_of(compiler_fn: Callable) -> Templates:
 
 def reset() -> None:
     _templates.clear()
-
-
-from aotgrad.compiled_autograd.replay_code import generate  # noqa: E402 (it reads Hit from here)

@@ -7,6 +7,7 @@ steps, no lookups), or None when some part cannot be checked by code. The header
 first (the roots resolve their nodes: `n3 = e.node`), then each step's parts (its edges resolve
 later steps' nodes), then the parts checked after the steps and the check that the steps are
 distinct nodes (a node reached twice is one step; key.py's module docstring shows a step).
+A `Hit` is what a matcher returns on a match (replay.py hands it to the engine).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from aotgrad.compiled_autograd import calls
 from aotgrad.compiled_autograd import hooks as hook_lookup
 from aotgrad.compiled_autograd import key as parts
 from aotgrad.compiled_autograd import kinds
@@ -56,10 +58,39 @@ class Writer:
             self.resolved.add(step)
 
 
+class Hit:
+    """A matched backward: the cache entries of its structure, its sizes, the graph's objects, and the saved
+    tensors (with the SavedTensor each came from) to hand to the graph."""
+    __slots__ = ("entries", "sizes", "objects", "keeps_state", "root_grads", "raws", "values", "owners")
+
+    def __init__(self, entries, sizes, objects, keeps_state, root_grads, raws, values, owners):
+        self.entries = entries
+        self.sizes = sizes
+        self.objects = objects
+        self.keeps_state = keeps_state
+        self.root_grads = root_grads
+        self.raws = raws        # SavedTensor per saved tensor, in the graph's input order
+        self.values = values    # the tensors their getters gave
+        self.owners = owners    # the node each came from
+
+    def take(self, keep_graph: bool) -> list:
+        """The graph's input list: root gradients, then the saved tensors. Without keep_graph
+        they are taken out of their nodes (the list is then their only holder)."""
+        inputs = list(self.root_grads)
+        if keep_graph:  # the nodes keep them; a saved output is passed without its history
+            inputs.extend(v.detach() if v.grad_fn is node else v for v, node in zip(self.values, self.owners))
+        else:
+            self.values = None
+            for raw in self.raws:
+                raw.register_hooks(inputs.append, calls.freed)  # a later unpack raises eager's error
+            if len(inputs) != len(self.root_grads) + len(self.raws):
+                raise AssertionError("compiled autograd: a saved tensor was not handed over")
+        self.raws = self.owners = None
+        return inputs
+
+
 def generate(structure: tuple, entries: list) -> Callable | None:
     """The straight-line matcher of a key (module docstring), or None."""
-    from aotgrad.compiled_autograd import replay
-
     w = Writer()
     header = structure[:len(parts.HEADER)]
     later = []
@@ -105,7 +136,7 @@ def generate(structure: tuple, entries: list) -> Callable | None:
                      autocast_state=parts.autocast_state, any_autocast_enabled=torch._C._is_any_autocast_enabled,
                      NO_HOOKS=hook_lookup.NO_HOOKS, node_hooks_may_exist=hook_lookup.node_hooks_may_exist,
                      retaining_by_node=hook_lookup.retaining_by_node, EagerFallback=EagerFallback,
-                     SavedTensor=torch._C._autograd.SavedTensor, Hit=replay.Hit)
+                     SavedTensor=torch._C._autograd.SavedTensor, Hit=Hit)
     matcher = generated.define(source, filename, namespace, "matcher")
     matcher.source = source
     return matcher
