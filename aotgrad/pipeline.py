@@ -34,7 +34,7 @@ from aotgrad.partition.absent_tangents import without_tangents
 from aotgrad.partition.cost import storage_root
 from aotgrad.partition.graphs import copy_saved_aliases, is_tangent
 from aotgrad.partition.inspection import report as partition_report
-from aotgrad.runtime import Epilogue, InferenceRuntime, RuntimePlan, TrainingRuntime
+from aotgrad.runtime import CompiledCall, Epilogue, RuntimePlan, inference_call, training_call
 from aotgrad.runtime.backward import BackwardVariants
 from aotgrad.runtime.boxed import as_boxed, without_autocast
 from aotgrad.trace import fake_mode_for, to_fake
@@ -235,7 +235,7 @@ def trace_and_partition(flat_fn: Callable, fakes: list, fake_mode, options: Opti
 
 
 def instantiate(p: Partitioned, options: Options, phases: Phases, cache_key: str | None = None,
-                static_primals: tuple[int, ...] = ()) -> Callable:
+                static_primals: tuple[int, ...] = ()) -> CompiledCall:
     """Compile the graphs of `p` and put them behind the runtime.
 
     `cache_key`: the disk-cache entry `p` is stored under, which determines its graphs; each
@@ -257,7 +257,8 @@ def instantiate(p: Partitioned, options: Options, phases: Phases, cache_key: str
         log_graph("inference", p.forward, record.origin)
         with phases("compile"):
             forward = compiler(p.forward, _placeholder_vals(p.forward))
-        return InferenceRuntime(forward, p.epilogue.written_in_graph(forward.input_writes), p.dead_ends)
+        return inference_call(forward, p.epilogue.written_in_graph(forward.input_writes),
+                              len(_placeholder_vals(p.forward)), p.dead_ends)
     fw_compiler = _without_autocast_compiler(options.fw_compiler)
     bw_compiler = _without_autocast_compiler(options.bw_compiler or options.fw_compiler)
     log_graph("forward", p.forward, record.origin)
@@ -277,12 +278,8 @@ def instantiate(p: Partitioned, options: Options, phases: Phases, cache_key: str
                        saved_outputs=p.saved_outputs,
                        repeated_outputs=_repeated_outputs(p.forward, p.num_forward_outputs),
                        **_own_counter_results(p.forward, p.backward, p.num_forward_outputs, p.epilogue))
-    runtime = TrainingRuntime(plan, p.epilogue.written_in_graph(forward.input_writes), enable_grad=p.enable_grad)
-    if p.inner_leaves:
-        runtime = WithInnerLeaves(runtime, p.inner_leaves)
-    if p.made_to_require_grad:
-        runtime = MakingInputsRequireGrad(runtime, p.made_to_require_grad)
-    return runtime
+    return training_call(plan, p.epilogue.written_in_graph(forward.input_writes), p.enable_grad, p.inner_leaves,
+                         p.made_to_require_grad)
 
 
 def _compiled_lazily(backward: fx.GraphModule) -> bool:
@@ -441,34 +438,6 @@ def _shape_guard(fake_mode, fakes: list) -> Callable[[list], bool]:
         # 3) reads as static on the fakes, and only this check can see a call differ from it
         return shape_env.evaluate_guards_for_args(fakes, args, ignore_static=False)
     return check
-
-
-@dataclass
-class WithInnerLeaves:
-    """Runs a training runtime with a fresh stand-in for each leaf the function makes itself
-    (`InnerLeaf`) after the caller's inputs, so their grads accumulate there as in eager."""
-
-    runtime: TrainingRuntime
-    inner_leaves: list[InnerLeaf]
-
-    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        return self.runtime([*args, *(leaf.stand_in() for leaf in self.inner_leaves)])
-
-
-@dataclass
-class MakingInputsRequireGrad:
-    """Runs a training runtime after `requires_grad_()` on the inputs the function calls it on
-    (which did not require grad): the Function then routes their gradients to them, as eager's
-    ops after the call did. (The outputs computed before it do not require grad: the trace says
-    so.)"""
-
-    runtime: Callable
-    inputs: tuple[int, ...]
-
-    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        for i in self.inputs:
-            args[i].requires_grad_()
-        return self.runtime(args)
 
 
 def _inputs_to_detach(traced: TracedJoint) -> tuple[int, ...]:

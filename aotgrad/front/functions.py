@@ -11,19 +11,21 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._pytree as pytree
 
 from aotgrad.errors import MutatedAliasedInputsError
-from aotgrad.front.keys import dedupe, dynamic_tensor_key, key_changes, storage_groups, tensor_key
+from aotgrad.front.keys import (
+    MISS, CheckInputs, CheckStorages, dedupe, dynamic_tensor_key, key_changes, storage_groups, tensor_key)
 from aotgrad.front.synthetic_base import SyntheticBase
 from aotgrad.observe.phases import Origin, origin_of
 from aotgrad.observe.torch_logs import log_recompile
 from aotgrad.persistence import disk_cache
 from aotgrad.pipeline import Options, compile_flat
-from aotgrad.runtime.wrapper import MISS, call_code
+from aotgrad.runtime import CompiledCall
+from aotgrad.runtime.lower import Code, lower
 
 log = logging.getLogger("aotgrad")
 
@@ -34,7 +36,7 @@ class _Entry:
     out_spec: list
     synthetic_base: SyntheticBase | None
     guard: Callable | None = None  # dynamic=True: do these inputs satisfy the trace's size guards?
-    call: Callable | None = None   # the generated straight-line call, for flat tensor calls (wrapper.py)
+    call: Callable | None = None   # the generated straight-line call, for flat tensor calls (_generated_call)
     record: Any = None             # phases.CompileRecord of its compile
 
 
@@ -96,7 +98,7 @@ class AotFunction:
 
     def __call__(self, *args, **kwargs):
         fast = self._fast
-        if fast is not None and not kwargs:  # the last entry's generated call (runtime/wrapper.py)
+        if fast is not None and not kwargs:  # the last entry's generated call (_generated_call)
             outs = fast(args)
             if outs is not MISS:
                 return outs
@@ -147,7 +149,7 @@ class AotFunction:
 
     def _compile(self, flat, spec, positions, keep, source, tensors, key, flat_call: bool = False):
         """An entry for this call; `flat_call` (positional tensors only, `key` from _flat_entry):
-        with its generated call (runtime/wrapper.py) where the entry allows one."""
+        with its generated call (_generated_call) where the entry allows one."""
         out_spec: list = [None]
         index_of_kept = {k: n for n, k in enumerate(keep)}
 
@@ -181,8 +183,8 @@ class AotFunction:
         self.last_graphs = (fw_gm, bw_gm)
         entry = _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base), record=record)
         if flat_call and synthetic_base is None and entry.guard is None:
-            entry.call = call_code(self.__name__, key, [type(t) for t in tensors], self.options.dynamic,
-                                   runtime, out_spec, self.options.inputs_guarded)
+            entry.call = _generated_call(self.__name__, key, [type(t) for t in tensors], self.options.dynamic,
+                                         runtime, out_spec, self.options.inputs_guarded)
         record.wrapper = _wrapper_source(entry)
         if self.input_names is not None and synthetic_base is None:  # (a synthetic base's inputs are not the caller's)
             record.input_names = [self.input_names[positions[i]] if positions[i] < len(self.input_names) else
@@ -209,6 +211,67 @@ class AotFunction:
         def store(partitioned) -> str:
             return disk_cache.store(entry, partitioned, out_spec[0])
         return load, store, (str(entry) if entry.cacheable else None)
+
+
+def _generated_call(fn_name: str, key: tuple, types: Sequence[type], dynamic: bool, runtime: CompiledCall,
+                    out_spec: list, guarded: bool = False) -> Callable | None:
+    """`call(args) -> user outputs | MISS` for an entry compiled for the flat positional tensors
+    `key` describes (_flat_entry's key), of these `types`: the key checked (keys.py), then the
+    runtime's steps and the unflattening, as straight-line code. None when the entry needs more
+    than a straight call: duplicated or memory-sharing inputs (the general path dedupes them or
+    makes a synthetic base), or a step with no straight form (leaves made inside, outputs whose
+    grad_fn reaches nothing). `guarded`: Dynamo calls it, having checked part of the key.
+
+    A graph without mutations or aliases gets no write-back and no alias code at all
+    (`aot_function(lambda x, w: (x * w).sum(), nop)` called with f32[3] and a leaf f32[3]
+    requiring grad; under torch.compile the checks Dynamo's guards make are left out):
+
+        def call(args):  # <lambda>
+            if len(args) != 2:
+                return MISS
+            a0, a1, = args
+            if not (grad_enabled() is True
+                    and type(a0) is c2
+                    and a0.shape == c0
+                    ...
+                    and a1.is_leaf is True
+                    and len({id(a0), id(a1)}) == 2):
+                return MISS
+            outs = (apply if functorch_active() else fast_apply)(plan, a0, a1)
+            return_values = [outs[0]]
+            return return_values[0]
+    """
+    count, source, groups, grad_mode, tensor_keys = key
+    if source != tuple(range(count)) or groups != tuple(range(count)):
+        return None
+    steps: list = [CheckInputs(count, grad_mode, tuple(tensor_keys), tuple(types), dynamic, guarded)]
+    if runtime.epilogue.touches_inputs:  # which inputs share memory was part of the compile
+        steps.append(CheckStorages(count))
+    steps += [*runtime.steps, Unflatten(out_spec[0])]
+    return lower("call", f"def call(args):  # {fn_name}", steps, None)
+
+
+@dataclass(frozen=True)
+class Unflatten:
+    """The user outputs in the structure the function returned (`spec`; None: a flat list)."""
+
+    spec: Any
+
+    def run(self, env) -> None:
+        if self.spec is not None:
+            env.return_values = pytree.tree_unflatten(env.return_values, self.spec)
+
+    def emit(self, code: Code) -> bool:
+        spec = self.spec
+        if spec is None:
+            code("    return return_values")
+        elif spec.type in (tuple, list) and all(child.is_leaf() for child in spec.children()):
+            code(f"    return {spec.type.__name__}(return_values)")
+        elif spec.is_leaf():
+            code("    return return_values[0]")
+        else:
+            code(f"    return {code.const(pytree.tree_unflatten, 'unflatten')}(return_values, {code.const(spec)})")
+        return True
 
 
 def _wrapper_source(entry: _Entry) -> str:

@@ -1,13 +1,19 @@
-"""What a compiled entry assumed of its call's tensors, as a key, and what changed when a call
-misses: sizes, strides, storage offset, dtype, device, requires_grad (symbols' positions under
-dynamic shapes), duplicated inputs and inputs sharing memory."""
+"""What a compiled entry assumed of its call's tensors, as a key, what changed when a call
+misses (sizes, strides, storage offset, dtype, device, requires_grad; symbols' positions under
+dynamic shapes; duplicated inputs and inputs sharing memory), and the same key checked by
+straight-line code (`CheckInputs`, `CheckStorages`: the first steps of an entry's generated
+call, front/functions.py)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
 from aotgrad.errors import reject_sparse_inputs
+from aotgrad.runtime.lower import Code
+
+MISS = object()  # a generated call's answer when the call's inputs are not its entry's
 
 
 def tensor_key(t: torch.Tensor) -> tuple:
@@ -72,3 +78,77 @@ def storage_groups(tensors: Sequence[torch.Tensor], fn_name: str) -> tuple[int, 
     except NotImplementedError:  # "Cannot access storage of SparseTensorImpl"
         reject_sparse_inputs(tensors, fn_name)
         raise
+
+
+# -- the key checked by generated code --------------------------------------------------------
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """The call has `count` distinct inputs, and the grad mode and each tensor's key
+    (`tensor_keys`, of `dynamic_tensor_key` when `dynamic`, else `tensor_key`) of the entry,
+    with these `types` (torch.Tensor, nn.Parameter); else the call answers MISS. `guarded`:
+    Dynamo's guards checked the types, dtypes, devices, requires_grad, sizes and strides
+    already (the leafness and offsets remain). Interpreted, there is nothing to do: the front
+    found the entry by this key."""
+
+    count: int
+    grad_mode: bool
+    tensor_keys: tuple
+    types: tuple[type, ...]
+    dynamic: bool
+    guarded: bool
+
+    def run(self, env) -> None:
+        pass
+
+    def emit(self, code: Code) -> bool:
+        args = [f"a{i}" for i in range(self.count)]
+        code.const(MISS, "MISS")
+        code.const(torch.is_grad_enabled, "grad_enabled")
+        code(f"    if len(args) != {self.count}:")
+        code("        return MISS")
+        if args:
+            code(f"    {', '.join(args)}, = args")
+        checks = [f"grad_enabled() is {self.grad_mode}"]
+        for name, key, kind in zip(args, self.tensor_keys, self.types):
+            checks += self._tensor_checks(code, name, key, kind)
+        if self.count > 1:  # distinct tensors (the key's dedupe; memory sharing is CheckStorages)
+            checks.append(f"len({{{', '.join(f'id({a})' for a in args)}}}) == {self.count}")
+        code("    if not (" + "\n            and ".join(checks) + "):")
+        code("        return MISS")
+        return True
+
+    def _tensor_checks(self, code: Code, name: str, key: tuple, kind: type) -> list[str]:
+        checks = []
+        if self.dynamic:  # (dim, dtype, device, requires_grad, leaf requiring grad): sizes are dynamo's to guard
+            dim, dtype, device, requires_grad, leaf = key
+            if not self.guarded:
+                checks.append(f"{name}.dim() == {dim}")
+        else:
+            shape, stride, offset, dtype, device, requires_grad, leaf = key
+            if not self.guarded:
+                checks += [f"{name}.shape == {code.const(shape)}", f"{name}.stride() == {code.const(tuple(stride))}"]
+            checks.append(f"{name}.storage_offset() == {offset}")
+        if not self.guarded:
+            checks = [f"type({name}) is {code.const(kind)}", *checks, f"{name}.dtype is {code.const(dtype)}",
+                      f"{name}.device == {code.const(device)}", f"{name}.requires_grad is {requires_grad}"]
+        if requires_grad:
+            checks.append(f"{name}.is_leaf is {leaf}")
+        return checks
+
+
+@dataclass(frozen=True)
+class CheckStorages:
+    """The `count` inputs share no memory (the key's storage groups), for an entry that writes
+    into an input or returns one or a view of one; else the call answers MISS."""
+
+    count: int
+
+    def run(self, env) -> None:
+        pass
+
+    def emit(self, code: Code) -> bool:
+        storages = ", ".join(f"a{i}.untyped_storage()._cdata" for i in range(self.count))
+        code(f"    if len({{{storages}}}) != {self.count}:")
+        code("        return MISS")
+        return True

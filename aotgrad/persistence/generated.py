@@ -1,7 +1,7 @@
 """Functions from generated Python source, their code objects kept on disk as Python keeps .pyc files.
 
 Python's `compile` is most of a warm disk-cache compile (aotgrad writes code for each graph:
-runtime/boxed.py, runtime/wrapper.py, compiled autograd's matchers), so each code object is
+runtime/boxed.py, the runtime's lowered steps, compiled autograd's matchers), so each code object is
 stored in `<config.cache_dir>/code/3f/3f9c...` (SHA-256 of the marshal bytes, then the bytes),
 keyed by the source and the interpreter (marshal's format, `-O`). A file whose digest does not
 match is deleted and compiled again; the code comes back under this call's file name. Code runs,

@@ -64,7 +64,7 @@ class ReplayMetadata:
     `as_strided_`, `resize_`, in the grad mode each ran in: eager's grad_fns), and a
     `detach_()` if it ends detached (`detach_()`, `requires_grad_(False)`) or a
     `requires_grad_()` if it was made to require grad (the training runtime does that before
-    the call too: pipeline.MakingInputsRequireGrad)."""
+    the call too: call.RequireGrad)."""
 
     input_index: int
     steps: tuple = ()
@@ -232,6 +232,13 @@ class Epilogue:
 
     def __post_init__(self):
         self.steps = epilogue_steps(self)
+
+    @property
+    def touches_inputs(self) -> bool:
+        """Does it write into an input or return one, or a view of one? Then which inputs
+        share memory was part of the compile."""
+        return bool(self.write_backs or self.metadata or any(
+            o.kind in (OutputKind.INPUT, OutputKind.ALIAS_OF_INPUT) for o in self.outputs))
 
     def written_in_graph(self, slots) -> "Epilogue":
         """This epilogue for a compiled forward that writes the write-backs at `slots` into its

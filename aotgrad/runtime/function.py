@@ -1,22 +1,21 @@
-"""The autograd.Function that runs a compiled forward/backward pair, and the runtimes.
+"""The autograd.Function that runs a compiled forward/backward pair.
 
 `RuntimePlan` is the data: compiled graphs (called boxed: one list of arguments,
 see boxed.py), how many forward outputs, which get tangents (and in what layout),
-which inputs get grads. `CompiledFunction` is one
-module-level Function for every plan; `TrainingRuntime` / `InferenceRuntime`
-call it (or the inference graph) and then the epilogue.
+which inputs get grads, and the forward's and backward's steps. `CompiledFunction` is one
+module-level Function for every plan; a training call (call.py) applies it, then runs the
+epilogue.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable
 
 import torch
 from torch import fx
 
 from aotgrad.runtime.backward import BackwardVariants, backward_function, backward_steps, tangent_layout
 from aotgrad.runtime.boxed import as_boxed
-from aotgrad.runtime.epilogue import Epilogue
 from aotgrad.runtime.forward import forward_function
 
 
@@ -84,61 +83,3 @@ class CompiledFunction(torch.autograd.Function):
 # functorch's unwrapping, aotgrad's compiled-autograd bookkeeping): the generated wrappers
 # call it when no functorch transform is active
 fast_apply = super(torch.autograd.Function, CompiledFunction).apply
-
-
-class TrainingRuntime:
-    """The compiled forward and backward behind `CompiledFunction`. `enable_grad`: the function
-    was traced under no_grad and turns grad mode on inside, so its outputs are connected to
-    the autograd graph even when it is called under no_grad."""
-
-    def __init__(self, plan: RuntimePlan, epilogue: Epilogue, enable_grad: bool = False):
-        self.plan, self.epilogue, self.enable_grad = plan, epilogue, enable_grad
-
-    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        applied = args
-        if self.plan.detached_inputs:
-            applied = list(args)
-            for i in self.plan.detached_inputs:
-                applied[i] = applied[i].detach()
-        if self.enable_grad and not torch.is_grad_enabled():
-            with torch.enable_grad():
-                outs = CompiledFunction.apply(self.plan, *applied)
-        else:
-            outs = CompiledFunction.apply(self.plan, *applied)
-        return self.epilogue.run(args, outs)
-
-
-class InferenceRuntime:
-    """The compiled forward alone: no input requires grad, no gradient reaches a leaf.
-
-    `dead_ends`: forward outputs that require grad in eager anyway, with a grad_fn whose
-    backward reaches nothing (an op on a view taken under no_grad of a leaf made inside:
-    autograd gives such a view no edge). They get one too (`_DeadEnd`)."""
-
-    def __init__(self, forward: Callable, epilogue: Epilogue, dead_ends: Sequence[int] = ()):
-        self.forward, self.epilogue, self.dead_ends = as_boxed(forward), epilogue, list(dead_ends)
-
-    def __call__(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        with torch.no_grad():
-            outs = self.forward(list(args))
-        if self.dead_ends:
-            outs = list(outs)
-            with torch.enable_grad():
-                for j in self.dead_ends:
-                    outs[j] = _DeadEnd.apply(_DEAD_END_ANCHOR, outs[j])
-        return self.epilogue.run(args, outs)
-
-
-class _DeadEnd(torch.autograd.Function):
-    """`out` requiring grad, with a backward that sends nothing anywhere."""
-
-    @staticmethod
-    def forward(ctx, anchor, out):
-        return out.detach()  # (an alias, not a view: in-place writes into it stay allowed)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return None, None
-
-
-_DEAD_END_ANCHOR = torch.zeros((), requires_grad=True)  # makes _DeadEnd's output require grad

@@ -17,10 +17,10 @@ torch.compile: "torch.compile graph"), and the file names that carry a counter
 (`<aotgrad call 12>`) are not part of `.source`. `_golden` checks that no address or such file
 name got in.
 
-`force_general_path` (and the fixture `general_path`) make compiles take the general path where
-the runtime has one without library edits: no generated call (TrainingRuntime / InferenceRuntime
-and `Epilogue.run` run instead), and the forward's and backward's steps interpreted
-(runtime/forward.py, runtime/backward.py).
+`force_general_path` (and the fixture `general_path`) make compiles take the general path: every
+section's steps interpreted (runtime/lower.py's `generate` off), so no generated call (the front
+looks the entry up by its key and runs the call's steps, runtime/call.py) and the forward's and
+backward's steps interpreted (runtime/forward.py, runtime/backward.py).
 """
 from __future__ import annotations
 

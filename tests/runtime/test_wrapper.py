@@ -1,10 +1,11 @@
-"""The generated runtime wrapper (runtime/wrapper.py): each entry's call is straight-line code
-with only what its graph needs, checks the inputs are the entry's, and behaves as eager."""
+"""The generated call of an entry (front/functions.py `_generated_call`: the key's checks and the
+runtime's steps lowered): straight-line code with only what its graph needs, checks the inputs
+are the entry's, and behaves as eager."""
 import pytest
 import torch
 
 import aotgrad
-from aotgrad.runtime.wrapper import MISS
+from aotgrad.front.keys import MISS
 from tests.oracle import assert_same_as_eager, clone_inputs
 
 

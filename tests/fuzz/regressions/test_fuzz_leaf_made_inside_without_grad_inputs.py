@@ -12,7 +12,7 @@ requires_grad, or trace the joint when any output requires grad.
 Fixed: joint.trace_joint finds the leaves the function makes itself that a gradient
 reaches (`InnerLeaf`) and traces the backward for them even when no input requires
 grad; the runtime passes a fresh stand-in leaf per inner leaf as an extra input
-(api.WithInnerLeaves), which gets the grads and is returned where the leaf is.
+(runtime.call.InnerLeaves), which gets the grads and is returned where the leaf is.
 """
 import torch
 
