@@ -18,7 +18,8 @@ import torch.utils._pytree as pytree
 
 from aotgrad.errors import MutatedAliasedInputsError
 from aotgrad.front.keys import (
-    MISS, CheckInputs, CheckStorages, dedupe, dynamic_tensor_key, key_changes, storage_groups, tensor_key)
+    MISS, CallKey, CheckInputs, CheckStorages, call_key, dedupe, dynamic_tensor_key, key_changes, storage_groups,
+    tensor_key)
 from aotgrad.front.synthetic_base import SyntheticBase
 from aotgrad.observe.phases import Origin, origin_of
 from aotgrad.observe.torch_logs import log_recompile
@@ -40,7 +41,7 @@ class _Entry:
     record: Any = None             # phases.CompileRecord of its compile
 
 
-def _find(cache: dict, key: tuple, tensors, keep) -> _Entry | None:
+def _find(cache: dict, key: CallKey, tensors, keep) -> _Entry | None:
     """The entry for `key` whose guard the inputs pass (static entries have none)."""
     for entry in cache.get(key, ()):
         if entry.guard is None or entry.guard(tensors, keep):
@@ -48,7 +49,7 @@ def _find(cache: dict, key: tuple, tensors, keep) -> _Entry | None:
     return None
 
 
-def _cached(cache: dict, key: tuple, tensors, keep, compile_: Callable[[], _Entry], lock) -> _Entry:
+def _cached(cache: dict, key: CallKey, tensors, keep, compile_: Callable[[], _Entry], lock) -> _Entry:
     """The entry for `key` the inputs fit, else a new one. Entries are added whole, under
     `lock`: a thread that waited for another's compile finds its entry on the second look."""
     entry = _find(cache, key, tensors, keep)
@@ -79,8 +80,8 @@ class AotFunction:
         # compiles the inner call on the same thread instead of waiting for itself.
         self.compile_lock = threading.RLock()
         self._tensor_key = dynamic_tensor_key if options.dynamic else tensor_key
-        self.cache: dict[tuple, tuple] = {}
-        self.flat_cache: dict[tuple, tuple] = {}  # calls with positional tensors only
+        self.cache: dict[CallKey, list[_Entry]] = {}
+        self.flat_cache: dict[CallKey, list[_Entry]] = {}  # calls with positional tensors only
         self.__name__ = getattr(fn, "__name__", "fn")
         self.source: Callable = fn  # the user's code, which logs name (phases.Origin)
         # where the first compile came from (under torch.compile: Dynamo's frame), also named by
@@ -128,8 +129,8 @@ class AotFunction:
         tensors = [flat[i] for i in positions]
         keep, source = dedupe(tensors)
         others = tuple((i, v) for i, v in enumerate(flat) if not isinstance(v, torch.Tensor))
-        key = (spec, others, source, storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
-               tuple(self._tensor_key(t) for t in tensors))
+        key = call_key((spec, others), source, storage_groups(tensors, self.__name__),
+                       tuple(self._tensor_key(t) for t in tensors))
         entry = _cached(self.cache, key, tensors, keep,
                         lambda: self._compile(flat, spec, positions, keep, source, tensors, key), self.compile_lock)
         return entry, tensors, keep
@@ -137,8 +138,8 @@ class AotFunction:
     def _flat_entry(self, tensors: tuple):
         """_entry for positional tensor arguments only; the same key, minus the tree spec."""
         keep, source = dedupe(tensors)
-        key = (len(tensors), source, storage_groups(tensors, self.__name__), torch.is_grad_enabled(),
-               tuple(self._tensor_key(t) for t in tensors))
+        key = call_key(len(tensors), source, storage_groups(tensors, self.__name__),
+                       tuple(self._tensor_key(t) for t in tensors))
 
         def compile_():
             flat, spec = pytree.tree_flatten((tensors, {}))
@@ -166,8 +167,7 @@ class AotFunction:
         load, store, entry = self._disk_cache(key, out_spec)
         cache = self.flat_cache if flat_call else self.cache
         if cache:  # a compile for inputs no entry fits: say what changed (TORCH_LOGS=recompiles)
-            log_recompile(self.origin, lambda: key_changes(next(reversed(cache)), key, self._tensor_key,
-                                                            self.input_names))
+            log_recompile(self.origin, lambda: key_changes(next(reversed(cache)), key, self.input_names))
         self.origin = self.origin or origin_of(self.__name__, self.source)
         static = tuple(n for n, i in enumerate(keep) if positions[i] in self.static_positions)  # among `unique`
         try:
@@ -183,15 +183,15 @@ class AotFunction:
         self.last_graphs = (fw_gm, bw_gm)
         entry = _Entry(runtime, out_spec, synthetic_base, _entry_guard(guard, synthetic_base), record=record)
         if flat_call and synthetic_base is None and entry.guard is None:
-            entry.call = _generated_call(self.__name__, key, [type(t) for t in tensors], self.options.dynamic,
-                                         runtime, out_spec, self.options.inputs_guarded)
+            entry.call = _generated_call(self.__name__, key, [type(t) for t in tensors], runtime, out_spec,
+                                         self.options.inputs_guarded)
         record.wrapper = _wrapper_source(entry)
         if self.input_names is not None and synthetic_base is None:  # (a synthetic base's inputs are not the caller's)
             record.input_names = [self.input_names[positions[i]] if positions[i] < len(self.input_names) else
                                   f"input {positions[i]}" for i in keep]
         return entry
 
-    def _disk_cache(self, key: tuple, out_spec: list) -> tuple[Callable | None, Callable | None, str | None]:
+    def _disk_cache(self, key: CallKey, out_spec: list) -> tuple[Callable | None, Callable | None, str | None]:
         """compile_flat's `load`, `store` and `cache_key` for this call's key, when the function
         is a graph the disk cache can key (`disk_key`, set by aot_module_simplified); else Nones
         (and a `store` that says why nothing is stored)."""
@@ -213,8 +213,8 @@ class AotFunction:
         return load, store, (str(entry) if entry.cacheable else None)
 
 
-def _generated_call(fn_name: str, key: tuple, types: Sequence[type], dynamic: bool, runtime: CompiledCall,
-                    out_spec: list, guarded: bool = False) -> Callable | None:
+def _generated_call(fn_name: str, key: CallKey, types: Sequence[type], runtime: CompiledCall, out_spec: list,
+                    guarded: bool = False) -> Callable | None:
     """`call(args) -> user outputs | MISS` for an entry compiled for the flat positional tensors
     `key` describes (_flat_entry's key), of these `types`: the key checked (keys.py), then the
     runtime's steps and the unflattening, as straight-line code. None when the entry needs more
@@ -241,10 +241,10 @@ def _generated_call(fn_name: str, key: tuple, types: Sequence[type], dynamic: bo
             return_values = [outs[0]]
             return return_values[0]
     """
-    count, source, groups, grad_mode, tensor_keys = key
-    if source != tuple(range(count)) or groups != tuple(range(count)):
+    count = key.structure
+    if key.source != tuple(range(count)) or key.storage_groups != tuple(range(count)):
         return None
-    steps: list = [CheckInputs(count, grad_mode, tuple(tensor_keys), tuple(types), dynamic, guarded)]
+    steps: list = [CheckInputs(count, key.grad_mode, key.tensors, tuple(types), guarded)]
     if runtime.epilogue.touches_inputs:  # which inputs share memory was part of the compile
         steps.append(CheckStorages(count))
     steps += [*runtime.steps, Unflatten(out_spec[0])]

@@ -6,7 +6,7 @@ call, front/functions.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
@@ -16,44 +16,83 @@ from aotgrad.runtime.lower import Code
 MISS = object()  # a generated call's answer when the call's inputs are not its entry's
 
 
-def tensor_key(t: torch.Tensor) -> tuple:
-    return (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
-            t.requires_grad and t.is_leaf)
+class TensorKey(NamedTuple):
+    """What an entry assumed of one input tensor."""
+
+    sizes: torch.Size
+    strides: tuple[int, ...]
+    storage_offset: int
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool
+    leaf_requiring_grad: bool
 
 
-def dynamic_tensor_key(t: torch.Tensor) -> tuple:
-    return (t.dim(), t.dtype, t.device, t.requires_grad, t.requires_grad and t.is_leaf)
+class DynamicTensorKey(NamedTuple):
+    """What an entry compiled for symbolic sizes assumed of one input tensor."""
+
+    rank: int
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool
+    leaf_requiring_grad: bool
 
 
-_KEY_FIELDS = {tensor_key: ("sizes", "strides", "storage offset", "dtype", "device", "requires_grad",
-                             "is a leaf requiring grad"),
-               dynamic_tensor_key: ("rank", "dtype", "device", "requires_grad", "is a leaf requiring grad")}
+class CallKey(NamedTuple):
+    """What an entry assumed of a call: its `structure` (a flat call of positional tensors: how
+    many; else the arguments' tree spec and their non-tensor values), for each tensor the first
+    one that is the same tensor (`source`) and the first one sharing its memory
+    (`storage_groups`), the grad mode, and one key per tensor (TensorKey or DynamicTensorKey)."""
+
+    structure: Any
+    source: tuple[int, ...]
+    storage_groups: tuple[int, ...]
+    grad_mode: bool
+    tensors: tuple
 
 
-def key_changes(old: tuple, new: tuple, key_of: Callable, names: list[str] | None) -> list[str]:
-    """What differs between two keys of AotFunction's caches, for the recompiles log. Both
-    end in (duplicates, shared memory, grad mode, one `key_of` per tensor), `key_of` being
-    tensor_key or dynamic_tensor_key.
+# (a key is built on every call that misses the generated call: tuple.__new__ skips the
+# keyword handling of a NamedTuple's own constructor)
+_new = tuple.__new__
+
+
+def tensor_key(t: torch.Tensor) -> TensorKey:
+    return _new(TensorKey, (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad,
+                            t.requires_grad and t.is_leaf))
+
+
+def dynamic_tensor_key(t: torch.Tensor) -> DynamicTensorKey:
+    return _new(DynamicTensorKey, (t.dim(), t.dtype, t.device, t.requires_grad, t.requires_grad and t.is_leaf))
+
+
+def call_key(structure: Any, source: tuple[int, ...], groups: tuple[int, ...], tensors: tuple) -> CallKey:
+    """The key of a call in the current grad mode."""
+    return _new(CallKey, (structure, source, groups, torch.is_grad_enabled(), tensors))
+
+
+_WORDS = {"storage_offset": "storage offset", "leaf_requiring_grad": "is a leaf requiring grad"}  # else the name
+
+
+def key_changes(old: CallKey, new: CallKey, names: list[str] | None) -> list[str]:
+    """What differs between two keys of one cache, for the recompiles log:
 
         input 1 (L_x_): storage offset 1, now 0
     """
     if old == new:
         return ["the inputs fail the size guards of the entry compiled for symbolic sizes"]
-    *old_rest, old_source, old_groups, old_grad, old_tensors = old
-    *new_rest, new_source, new_groups, new_grad, new_tensors = new
     changes = []
-    if old_rest != new_rest or len(old_tensors) != len(new_tensors):
+    if old.structure != new.structure or len(old.tensors) != len(new.tensors):
         changes.append("the arguments' structure or non-tensor values")
-    if old_grad != new_grad:
-        changes.append(f"grad mode: {'on' if old_grad else 'off'}, now {'on' if new_grad else 'off'}")
-    if old_source != new_source:
-        changes.append(f"which inputs are one tensor: {list(old_source)}, now {list(new_source)}")
-    if old_groups != new_groups:
-        changes.append(f"which inputs share memory: {list(old_groups)}, now {list(new_groups)}")
-    for i, (was, now) in enumerate(zip(old_tensors, new_tensors)):
+    if old.grad_mode != new.grad_mode:
+        changes.append(f"grad mode: {'on' if old.grad_mode else 'off'}, now {'on' if new.grad_mode else 'off'}")
+    if old.source != new.source:
+        changes.append(f"which inputs are one tensor: {list(old.source)}, now {list(new.source)}")
+    if old.storage_groups != new.storage_groups:
+        changes.append(f"which inputs share memory: {list(old.storage_groups)}, now {list(new.storage_groups)}")
+    for i, (was, now) in enumerate(zip(old.tensors, new.tensors)):
         name = f" ({names[i]})" if names is not None and i < len(names) else ""
-        changes += [f"input {i}{name}: {field} {_shown(a)}, now {_shown(b)}"
-                    for field, a, b in zip(_KEY_FIELDS[key_of], was, now) if a != b]
+        changes += [f"input {i}{name}: {_WORDS.get(field, field)} {_shown(a)}, now {_shown(b)}"
+                    for field, a, b in zip(was._fields, was, now) if a != b]
     return changes
 
 
@@ -85,8 +124,8 @@ def storage_groups(tensors: Sequence[torch.Tensor], fn_name: str) -> tuple[int, 
 @dataclass(frozen=True)
 class CheckInputs:
     """The call has `count` distinct inputs, and the grad mode and each tensor's key
-    (`tensor_keys`, of `dynamic_tensor_key` when `dynamic`, else `tensor_key`) of the entry,
-    with these `types` (torch.Tensor, nn.Parameter); else the call answers MISS. `guarded`:
+    (`tensor_keys`: TensorKey, or DynamicTensorKey for symbolic sizes) of the entry, with these
+    `types` (torch.Tensor, nn.Parameter); else the call answers MISS. `guarded`:
     Dynamo's guards checked the types, dtypes, devices, requires_grad, sizes and strides
     already (the leafness and offsets remain). Interpreted, there is nothing to do: the front
     found the entry by this key."""
@@ -95,7 +134,6 @@ class CheckInputs:
     grad_mode: bool
     tensor_keys: tuple
     types: tuple[type, ...]
-    dynamic: bool
     guarded: bool
 
     def run(self, env) -> None:
@@ -118,22 +156,21 @@ class CheckInputs:
         code("        return MISS")
         return True
 
-    def _tensor_checks(self, code: Code, name: str, key: tuple, kind: type) -> list[str]:
+    def _tensor_checks(self, code: Code, name: str, key: TensorKey | DynamicTensorKey, kind: type) -> list[str]:
         checks = []
-        if self.dynamic:  # (dim, dtype, device, requires_grad, leaf requiring grad): sizes are dynamo's to guard
-            dim, dtype, device, requires_grad, leaf = key
+        if isinstance(key, DynamicTensorKey):  # sizes are Dynamo's to guard
             if not self.guarded:
-                checks.append(f"{name}.dim() == {dim}")
+                checks.append(f"{name}.dim() == {key.rank}")
         else:
-            shape, stride, offset, dtype, device, requires_grad, leaf = key
             if not self.guarded:
-                checks += [f"{name}.shape == {code.const(shape)}", f"{name}.stride() == {code.const(tuple(stride))}"]
-            checks.append(f"{name}.storage_offset() == {offset}")
+                checks += [f"{name}.shape == {code.const(key.sizes)}",
+                           f"{name}.stride() == {code.const(tuple(key.strides))}"]
+            checks.append(f"{name}.storage_offset() == {key.storage_offset}")
         if not self.guarded:
-            checks = [f"type({name}) is {code.const(kind)}", *checks, f"{name}.dtype is {code.const(dtype)}",
-                      f"{name}.device == {code.const(device)}", f"{name}.requires_grad is {requires_grad}"]
-        if requires_grad:
-            checks.append(f"{name}.is_leaf is {leaf}")
+            checks = [f"type({name}) is {code.const(kind)}", *checks, f"{name}.dtype is {code.const(key.dtype)}",
+                      f"{name}.device == {code.const(key.device)}", f"{name}.requires_grad is {key.requires_grad}"]
+        if key.requires_grad:
+            checks.append(f"{name}.is_leaf is {key.leaf_requiring_grad}")
         return checks
 
 
