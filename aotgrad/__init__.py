@@ -9,22 +9,25 @@ Tour: one function through every stage.
     y = g(x, w); y.sum().backward()
 
 1. trace/ (capture): f runs once on fake tensors under a TorchDispatchMode that
-   records each aten op; then the autograd engine runs the backward under the same
-   recorder. One pass gives the joint graph (joint.py):
+   records each aten op.
+2. analysis.py: what each input and output is (mutated? a view of an input?), which
+   outputs get an incoming gradient.
+3. joint.py: the autograd engine runs the backward under the same recorder. One pass
+   gives the joint graph:
        joint(primals_1, primals_2, tangents_1):
            mul = aten.mul(primals_1, primals_2); sin = aten.sin(mul)
            cos = aten.cos(mul); mul_1 = aten.mul(tangents_1, cos)
            mul_2 = aten.mul(mul_1, primals_1); sum_1 = aten.sum(mul_2, [0], True) ...
            return (sin, view)
-2. analysis.py: what each input and output is (mutated? a view of an input?).
-3. functionalize/: in-place ops and writes through views become pure ops.
-4. partition/: split the joint graph; the forward returns (sin, primals_1, mul),
+4. functionalize/: in-place ops and writes through views become pure ops.
+5. partition/: split the joint graph; the forward returns (sin, primals_1, mul),
    the backward takes (primals_1, mul, tangents_1).
-5. the graph compiler (aotgrad.nop, or Inductor) compiles both graphs.
-6. runtime/: an autograd.Function runs them; an epilogue writes back mutated
-   inputs and rebuilds outputs that alias inputs.
+6. the graph compiler (aotgrad.nop, or Inductor) compiles both graphs.
+7. runtime/: an autograd.Function runs them; an epilogue writes back mutated
+   inputs and rebuilds outputs that alias inputs. Each part of the run is a list of
+   steps, interpreted or written out as straight-line Python (runtime/lower.py).
 persistence/ keeps what steps 1-5 made on disk (config.cache_dir): a second process
-starts at step 5.
+starts at step 6.
 
 Glossary:
   primal   an input of the traced function (primals_1 ...)

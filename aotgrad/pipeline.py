@@ -1,4 +1,4 @@
-"""The pipeline one compile runs: capture -> functionalize -> analyse -> joint -> partition -> compile -> run.
+"""The pipeline one compile runs: capture -> analyse -> joint -> functionalize -> partition -> compile -> run.
 
     partitioned = trace_and_partition(flat_fn, fakes, ...)   # plain data: graphs + facts
     runtime = instantiate(partitioned, options, phases)      # compiled graphs behind the runtime

@@ -307,8 +307,6 @@ def test_runtime_imports_neither_persistence_nor_partition():
     assert not offending, "\n".join(offending)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25 slice C3: pipeline.py:1 puts functionalize before analyse, and "
-                                       "the __init__ tour names the joint graph (step 1) before analysis (step 2)")
 def test_the_stages_are_stated_in_one_order():
     """The tour, pipeline.py's first line and docs/architecture.md give DESIGN.md's stage order.
 
