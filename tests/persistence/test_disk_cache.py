@@ -33,7 +33,7 @@ from aotgrad.observe import phases
 from aotgrad.observe.printing import format_graph
 from aotgrad.persistence import cache_folder, disk_cache, generated, graph_pickle
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its aotgrad, not an installed one
 
 
 class Net(nn.Module):
@@ -145,7 +145,7 @@ from {module} import Net, net_and_input, train_step
 aotgrad.persistence.disk_cache.SOURCE_DIGEST = sys.argv[1]  # as the test's: aotgrad may be edited meanwhile
 model, x = net_and_input()
 result = train_step(model, x, "aotgrad")
-print(json.dumps({"counters": aotgrad.counters["disk_cache"], "graphs": result["graphs"],
+print(json.dumps({"aotgrad": aotgrad.__file__, "counters": aotgrad.counters["disk_cache"], "graphs": result["graphs"],
                   "loss": result["outputs"][0].item(), "grads": [g.sum().item() for g in result["grads"]],
                   "buffers": [b.float().sum().item() for b in result["buffers"]]}))
 """
@@ -173,6 +173,7 @@ def test_another_process_hits_and_matches_eager(cache):
     cold = train_step(copy.deepcopy(model), x, "aotgrad")  # this process: stores
     assert cold["cache"] == ["stored"]
     other = worker_result(run_worker(cache, WORKER, disk_cache.SOURCE_DIGEST))
+    assert Path(other["aotgrad"]).resolve() == Path(aotgrad.__file__).resolve()  # this checkout's code
     assert Counter(other["counters"]) == Counter(hits=1)
     assert [tuple(g) for g in other["graphs"]] == cold["graphs"]
     torch.testing.assert_close(other["loss"], eager["outputs"][0].item())

@@ -13,7 +13,7 @@ import torch
 import aotgrad
 from aotgrad.tooling import demo
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LABELS = ["eager", "aotgrad", "aot_eager", "aotgrad, budget 0.1"]
 STEPS = 3
 

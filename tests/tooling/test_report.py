@@ -20,7 +20,7 @@ from aotgrad.tooling import report
 pytest.importorskip("matplotlib", reason="the report draws its curves with matplotlib (pip install matplotlib)")
 from PIL import Image  # noqa: E402  (a dependency of matplotlib)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG_DATA = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
 # Dynamo recompiles for the second shape; compiled autograd captures again for the second batch.
