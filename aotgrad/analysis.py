@@ -375,46 +375,81 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
     one returned base: the output that owns the storage, or else the
     intermediate `._base` added as an extra forward output.
     """
+    placed = _Placed([None] * len(outs))
+    storage_users = _classify_outputs(values, outs, placed)
+    bases = _bases_of_shared_storages(outs, storage_users, node_of)
+    num_fresh = _place_fresh_outputs(outs, storage_users, bases, placed)
+    _place_views_of_outputs(outs, storage_users, bases, placed)
+    if node_of is not None:
+        _with_replays(values, outs, placed, node_of)
+    _with_histories(values, outs, placed)
+    forward_outputs = placed.forward_outputs
+    return ForwardAnalysis(
+        inputs=[], outputs=placed.infos, forward_outputs=forward_outputs, num_fresh_user_outputs=num_fresh,
+        forward_output_strides=[t.stride() for t in forward_outputs],
+        leaf_outputs=[j for j, t in enumerate(forward_outputs) if is_new_leaf(t)])
+
+
+@dataclass
+class _Placed:
+    """analyse_outputs so far: each user output's OutputInfo (None: not known yet) and the
+    tensors the forward graph returns."""
+
+    infos: list[OutputInfo | None]
+    forward_outputs: list[torch.Tensor] = field(default_factory=list)
+    _index: dict[int, int] = field(default_factory=dict)  # id(tensor) -> forward output index
+
+    def returned(self, t: torch.Tensor) -> int:
+        """t's index among the forward graph's outputs (added at the end the first time)."""
+        if id(t) not in self._index:
+            self._index[id(t)] = len(self.forward_outputs)
+            self.forward_outputs.append(t)
+        return self._index[id(t)]
+
+
+def _classify_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
+                      placed: _Placed) -> dict[StorageWeakRef, list[int]]:
+    """Outputs that are constants, repeats of an earlier output, inputs, results of a custom
+    autograd.Function, or views of an input; the others by storage (returned), for
+    `_bases_of_shared_storages`."""
     input_index = {id(v): i for i, v in enumerate(values)}
-    input_storage = {}
+    input_storage: dict[StorageWeakRef, int] = {}
     for i, v in enumerate(values):
         input_storage.setdefault(_storage(v), i)
-
-    infos: list[OutputInfo | None] = [None] * len(outs)
-    forward_outputs: list[torch.Tensor] = []
-    forward_index: dict[int, int] = {}  # id(tensor) -> forward output index
     first_user_index: dict[int, int] = {}
     storage_users: dict[StorageWeakRef, list[int]] = {}
     for k, out in enumerate(outs):
         if not isinstance(out, torch.Tensor):
-            infos[k] = OutputInfo(OutputKind.CONSTANT, value=out)
+            placed.infos[k] = OutputInfo(OutputKind.CONSTANT, value=out)
             continue
         meta = dict(size=tuple(out.shape), stride=out.stride(), storage_offset=out.storage_offset(),
                     requires_grad=out.requires_grad)
         if id(out) in first_user_index:
-            infos[k] = OutputInfo(OutputKind.SAME_AS_OUTPUT, first_user_index[id(out)], **meta)
+            placed.infos[k] = OutputInfo(OutputKind.SAME_AS_OUTPUT, first_user_index[id(out)], **meta)
             continue
         first_user_index[id(out)] = k
         if id(out) in input_index:
-            infos[k] = OutputInfo(OutputKind.INPUT, input_index[id(out)], **meta)
+            placed.infos[k] = OutputInfo(OutputKind.INPUT, input_index[id(out)], **meta)
             continue
         storage = _storage(out)
         if _from_custom_function(out):
             # An autograd.Function that returns (a view of) its input: autograd routes the
             # grad through the Function's backward, so rebuilding a plain view would skip it.
-            forward_index[id(out)] = len(forward_outputs)
-            forward_outputs.append(out)
-            infos[k] = OutputInfo(OutputKind.FRESH, forward_index[id(out)], **meta)
+            placed.infos[k] = OutputInfo(OutputKind.FRESH, placed.returned(out), **meta)
             continue
         if storage in input_storage:
-            infos[k] = OutputInfo(OutputKind.ALIAS_OF_INPUT, input_storage[storage], **meta)
+            placed.infos[k] = OutputInfo(OutputKind.ALIAS_OF_INPUT, input_storage[storage], **meta)
             continue
         storage_users.setdefault(storage, []).append(k)
+    return storage_users
 
-    # Fresh outputs: alone in their storage and not a view. Otherwise the group
-    # is rebuilt from one base: an output that is not a view (one that requires
-    # grad first, then one not made by an aliasing op such as `detach`, which has
-    # no `._base`), or else the intermediate `._base` of the views.
+
+def _bases_of_shared_storages(outs: Sequence[Any], storage_users: dict[StorageWeakRef, list[int]],
+                              node_of: Callable | None) -> dict[StorageWeakRef, torch.Tensor]:
+    """The base each storage's outputs are rebuilt from, where they are not one fresh output:
+    an output that is not a view (one that requires grad first, then one not made by an
+    aliasing op such as `detach`, which has no `._base`), or else the views' intermediate
+    `._base`."""
     bases: dict[StorageWeakRef, torch.Tensor] = {}
     for storage, users in storage_users.items():
         members = [outs[k] for k in users]
@@ -423,35 +458,53 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
         owners = sorted((t for t in members if t._base is None),
                         key=lambda t: (not t.requires_grad, _made_by_view_op(t, node_of)))
         bases[storage] = owners[0] if owners else members[0]._base
+    return bases
+
+
+def _place_fresh_outputs(outs: Sequence[Any], storage_users: dict[StorageWeakRef, list[int]],
+                         bases: dict[StorageWeakRef, torch.Tensor], placed: _Placed) -> int:
+    """Fresh outputs (alone in their storage, or the base of its views) are returned as they
+    are; how many forward outputs that makes."""
     for storage, users in storage_users.items():
         base = bases.get(storage)
         for k in users:
             if base is None or outs[k] is base:
                 out = outs[k]
-                forward_index[id(out)] = len(forward_outputs)
-                forward_outputs.append(out)
-                infos[k] = OutputInfo(OutputKind.FRESH, forward_index[id(out)], tuple(out.shape),
-                                      out.stride(), out.storage_offset(), out.requires_grad)
-    num_fresh = len(forward_outputs)
+                placed.infos[k] = OutputInfo(OutputKind.FRESH, placed.returned(out), tuple(out.shape),
+                                             out.stride(), out.storage_offset(), out.requires_grad)
+    return len(placed.forward_outputs)
+
+
+def _place_views_of_outputs(outs: Sequence[Any], storage_users: dict[StorageWeakRef, list[int]],
+                            bases: dict[StorageWeakRef, torch.Tensor], placed: _Placed) -> None:
+    """The other outputs of a shared storage are views of its base (returned, an extra
+    forward output if no user output is it)."""
     for storage, base in bases.items():
-        if id(base) not in forward_index:
-            forward_index[id(base)] = len(forward_outputs)
-            forward_outputs.append(base)
+        index = placed.returned(base)
         for k in storage_users[storage]:
-            if infos[k] is None:
+            if placed.infos[k] is None:
                 out = outs[k]
-                infos[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, forward_index[id(base)], tuple(out.shape),
-                                      out.stride(), out.storage_offset() - base.storage_offset(),
-                                      out.requires_grad)
-    if node_of is not None:
-        input_nodes = {node_of(v): i for i, v in enumerate(values)}
-        output_nodes = {node_of(t): j for j, t in enumerate(forward_outputs)}
-        for k, info in enumerate(infos):
-            if info.kind is OutputKind.ALIAS_OF_INPUT:
-                infos[k] = _with_replay(info, outs[k], input_nodes, values, node_of)
-            elif info.kind is OutputKind.ALIAS_OF_OUTPUT:
-                infos[k] = _with_replay(info, outs[k], output_nodes, forward_outputs, node_of)
-    for k, info in enumerate(infos):
+                placed.infos[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, index, tuple(out.shape), out.stride(),
+                                             out.storage_offset() - base.storage_offset(), out.requires_grad)
+
+
+def _with_replays(values: Sequence[torch.Tensor], outs: Sequence[Any], placed: _Placed, node_of: Callable) -> None:
+    """Views of an input or of a forward output get the view ops that made them, to replay."""
+    input_nodes = {node_of(v): i for i, v in enumerate(values)}
+    output_nodes = {node_of(t): j for j, t in enumerate(placed.forward_outputs)}
+    for k, info in enumerate(placed.infos):
+        if info.kind is OutputKind.ALIAS_OF_INPUT:
+            placed.infos[k] = _with_replay(info, outs[k], input_nodes, values, node_of)
+        elif info.kind is OutputKind.ALIAS_OF_OUTPUT:
+            placed.infos[k] = _with_replay(info, outs[k], output_nodes, placed.forward_outputs, node_of)
+
+
+def _with_histories(values: Sequence[torch.Tensor], outs: Sequence[Any], placed: _Placed) -> None:
+    """A view whose rebuilt autograd history would differ from eager's takes its history from
+    an extra forward output (`_history_carrier`); one with a version counter of its own in
+    eager gets one too."""
+    forward_outputs = placed.forward_outputs
+    for k, info in enumerate(placed.infos):
         if info.kind not in (OutputKind.ALIAS_OF_INPUT, OutputKind.ALIAS_OF_OUTPUT):
             continue
         base = values[info.index] if info.kind is OutputKind.ALIAS_OF_INPUT else forward_outputs[info.index]
@@ -462,11 +515,7 @@ def analyse_outputs(values: Sequence[torch.Tensor], outs: Sequence[Any],
         # (`unsafe_split`'s outputs have counters of their own too, but a history a view gives)
         if (info.history is not None or not info.requires_grad) and not shares_version_counter(outs[k], base):
             info = dataclasses.replace(info, own_version_counter=True)
-        infos[k] = info
-    return ForwardAnalysis(
-        inputs=[], outputs=infos, forward_outputs=forward_outputs, num_fresh_user_outputs=num_fresh,
-        forward_output_strides=[t.stride() for t in forward_outputs],
-        leaf_outputs=[j for j, t in enumerate(forward_outputs) if is_new_leaf(t)])
+        placed.infos[k] = info
 
 
 def _autograd_of(t: torch.Tensor) -> tuple[bool, bool]:

@@ -26,10 +26,7 @@ LONG_MODULES = {  # today's lines in each; issue 25 slice C2 splits them
 }
 
 FUNCTION_LINES = 80
-LONG_FUNCTIONS = {  # today's lines in each, `def` to last line; issue 25 slice C2 splits them
-    "analysis.py:analyse_outputs",  # 102
-    "trace/tracer.py:GraphRecorder.__torch_dispatch__",  # 84
-}
+LONG_FUNCTIONS: set[str] = set()  # functions allowed over the budget (issue 25 split the last two, session 28)
 
 FLAT_MODULES = 11  # .py files directly in aotgrad/ today; issue 25 aims at about 10 (runtime_rebuild.md §3)
 

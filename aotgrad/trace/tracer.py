@@ -221,6 +221,35 @@ class GraphRecorder(TorchDispatchMode):
             self._resolve_autograd_nodes()
         if func is aten.copy_.default and args[0] is args[1]:
             return args[0]  # eager returns at once: copying a tensor to itself is a no-op
+        result = self._decomposed(func, args, kwargs)
+        if result is not NotImplemented:
+            return result
+        if func is aten.lift_fresh.default:
+            # A tensor literal (`torch.tensor(...)`) is fresh on every eager call: copy it.
+            func = aten.lift_fresh_copy.default
+        node_args, node_kwargs = pytree.tree_map(self.node_of, (args, kwargs))
+        fake_args, fake_kwargs = pytree.tree_map(self.fake_of, (args, kwargs))
+        out = self._fake_result(func, fake_args, fake_kwargs)
+        if not self.in_backward:
+            self._note_views_and_writes(func, args, kwargs, fake_args, fake_kwargs, out)
+        target = recorded_op(func, args, kwargs)
+        node = self.graph.create_node("call_function", target, tuple(node_args), node_kwargs,
+                                      name=op_name(func))
+        node.meta["val"] = out
+        self._annotate(node, func)
+        self._bind_outputs(node, out)
+        if func is aten.detach.default and not self.in_backward and isinstance(args[0], torch.Tensor):
+            self._detaches.append((node, out, args[0]))
+        if not self.in_backward:
+            tensors = _tensors_to_inspect(func, args, kwargs, out)
+            if not torch.is_grad_enabled():  # see _resolve_autograd_nodes: views written under no_grad
+                tensors = [t for t in tensors if not t._is_view()]
+            self._unresolved.append((node, tensors))
+        return out
+
+    def _decomposed(self, func, args, kwargs) -> Any:
+        """The op's result through its decomposition (the ops it is made of recorded), or
+        NotImplemented when it is recorded as itself."""
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             self._decomposing += 1
@@ -237,62 +266,49 @@ class GraphRecorder(TorchDispatchMode):
             # of, as eager runs it (`_to_copy`, or the input itself), so the compilers see their
             # own ops (Inductor lowers `aten.to` as a call of its own, a kernel boundary)
             with self:
-                result = func.decompose(*args, **kwargs)
-            if result is not NotImplemented:
-                return result
-        if func is aten.lift_fresh.default:
-            # A tensor literal (`torch.tensor(...)`) is fresh on every eager call: copy it.
-            func = aten.lift_fresh_copy.default
-        node_args, node_kwargs = pytree.tree_map(self.node_of, (args, kwargs))
-        fake_args, fake_kwargs = pytree.tree_map(self.fake_of, (args, kwargs))
+                return func.decompose(*args, **kwargs)
+        return NotImplemented
+
+    def _fake_result(self, func, fake_args, fake_kwargs) -> Any:
+        """The op run on the fakes, with eager's strides for views."""
         if getattr(func, "is_view", False) and _has_empty_tensor(fake_args):
             # the fake view of an empty tensor goes through prims.as_strided, which the fake
             # cache keeps as a fresh output: a hit would give the view a storage of its own
             with disable_fake_tensor_cache(self.fake_mode):
+                return func(*fake_args, **fake_kwargs)
+        out = func(*fake_args, **fake_kwargs)
+        if getattr(func, "is_view", False) and not has_symbols((fake_args, fake_kwargs, out)) \
+                and _has_size_one_dim(out):
+            # eager's C++ kernel, not the Python one the python dispatcher picks: they
+            # differ on strides of size-1 dims (`a.sum().expand(1)`: (0,) in C++, (1,) in
+            # Python). Not from the fake cache either: it does not tell the two apart
+            # (Dynamo's trace leaves the Python kernel's strides in it).
+            with torch._C._DisablePythonDispatcher(), disable_fake_tensor_cache(self.fake_mode):
                 out = func(*fake_args, **fake_kwargs)
-        else:
-            out = func(*fake_args, **fake_kwargs)
-            if getattr(func, "is_view", False) and not has_symbols((fake_args, fake_kwargs, out)) \
-                    and _has_size_one_dim(out):
-                # eager's C++ kernel, not the Python one the python dispatcher picks: they
-                # differ on strides of size-1 dims (`a.sum().expand(1)`: (0,) in C++, (1,) in
-                # Python). Not from the fake cache either: it does not tell the two apart
-                # (Dynamo's trace leaves the Python kernel's strides in it).
-                with torch._C._DisablePythonDispatcher(), disable_fake_tensor_cache(self.fake_mode):
-                    out = func(*fake_args, **fake_kwargs)
-        if self._stale_views and not self.in_backward:
+        return out
+
+    def _note_views_and_writes(self, func, args, kwargs, fake_args, fake_kwargs, out) -> None:
+        """A forward op's effects the analysis reads: views taken, views made stale, in-place
+        metadata ops on inputs, storages written."""
+        if self._stale_views:
             self._check_stale_views(func, (args, kwargs))
-        if not self.in_backward and getattr(func, "is_view", False):
+        if getattr(func, "is_view", False):
             for t in pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor):
                     self._views[t] = True
-        if not self.in_backward and torch.Tag.inplace_view in func.tags:
+        if torch.Tag.inplace_view in func.tags:
             self._mark_stale_views(args[0])
             # metadata only: no data written (their version bumps are counted from these)
             op, op_args = func, args[1:]
             if func is aten.resize_as_.default:  # replayed as a resize_ to the template's size
                 op, op_args = aten.resize_.default, (list(fake_args[1].shape),)
             self.metadata_ops.setdefault(args[0], []).append((op, op_args, kwargs, torch.is_grad_enabled()))
-        elif not self.in_backward and (written_argument_specs(func) or func is aten.native_batch_norm.default):
+        elif written_argument_specs(func) or func is aten.native_batch_norm.default:
             targets = _schema_writes(func, fake_args, fake_kwargs) + _hidden_writes(func, fake_args, fake_kwargs)
             written = [StorageWeakRef(t.untyped_storage()) for t in targets]
             self.written_storages.update(written)
             if any(is_list for *_, is_list in written_argument_specs(func)):
                 self.unbumped_storages.update(written)
-        target = recorded_op(func, args, kwargs)
-        node = self.graph.create_node("call_function", target, tuple(node_args), node_kwargs,
-                                      name=op_name(func))
-        node.meta["val"] = out
-        self._annotate(node, func)
-        self._bind_outputs(node, out)
-        if func is aten.detach.default and not self.in_backward and isinstance(args[0], torch.Tensor):
-            self._detaches.append((node, out, args[0]))
-        if not self.in_backward:
-            tensors = _tensors_to_inspect(func, args, kwargs, out)
-            if not torch.is_grad_enabled():  # see _resolve_autograd_nodes: views written under no_grad
-                tensors = [t for t in tensors if not t._is_view()]
-            self._unresolved.append((node, tensors))
-        return out
 
     def _tag_own_counters(self) -> None:
         """Tag the detach nodes that were `.data` (`meta["own_version_counter"]`): eager's alias
