@@ -94,6 +94,8 @@ class BackwardEnv:
     locals, and what the steps ask of where they run: `refuse` (eager's error), `choose` (the
     backward for the absent tangents), `read_saved`, `call`."""
 
+    __slots__ = ("ctx", "grads", "plan", "absent", "backward", "reads", "tangents", "results", "input_grads")
+
     def __init__(self, ctx, grads: tuple):
         self.ctx, self.grads, self.plan = ctx, grads, ctx.plan
         self.absent: tuple[int, ...] = ()
@@ -250,8 +252,12 @@ def backward_steps(plan) -> tuple:
 
 
 def general_backward(ctx, grads: tuple) -> tuple:
-    """The backward for every call: `ctx.plan`'s steps interpreted."""
-    return (None, *interpret(ctx.plan.backward_steps, BackwardEnv(ctx, grads)).input_grads)
+    """The backward for every call: `ctx.plan`'s steps interpreted (lower.interpret's loop,
+    written out: this runs on every backward the straight code hands over)."""
+    env = BackwardEnv(ctx, grads)
+    for step in ctx.plan.backward_steps:
+        step.run(env)
+    return (None, *env.input_grads)
 
 
 def backward_function(plan) -> Callable:
