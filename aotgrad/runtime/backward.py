@@ -36,7 +36,7 @@ from torch import fx
 from aotgrad import compat
 from aotgrad.analysis import is_dense_layout
 from aotgrad.runtime.boxed import as_boxed
-from aotgrad.runtime.lower import Code, describe, interpret, lower, tuple_of
+from aotgrad.runtime.lower import Code, describe, lower, tuple_of
 
 DOUBLE_BACKWARD_MESSAGE = (
     "torch.compile with aot_autograd does not currently support double backward. "
