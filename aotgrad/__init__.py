@@ -12,8 +12,8 @@ Tour: one function through every stage.
    records each aten op.
 2. analysis.py: what each input and output is (mutated? a view of an input?), which
    outputs get an incoming gradient.
-3. joint.py: the autograd engine runs the backward under the same recorder. One pass
-   gives the joint graph:
+3. joint.py: the autograd engine runs the backward under the same recorder, so the
+   forward's and the backward's ops land in one graph, the joint graph:
        joint(primals_1, primals_2, tangents_1):
            mul = aten.mul(primals_1, primals_2); sin = aten.sin(mul)
            cos = aten.cos(mul); mul_1 = aten.mul(tangents_1, cos)

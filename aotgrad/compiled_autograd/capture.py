@@ -315,7 +315,8 @@ class _CapturedBackward(BackwardEnv):
         raise _Refused(message)
 
     def choose(self, absent: tuple[int, ...]) -> None:
-        variant = self.plan.variants.graph_without(absent)
+        with _disable_current_modes():  # graph surgery on the partition's fakes, not recorded
+            variant = self.plan.variants.graph_without(absent)
         if variant is not None:
             self.graph, self.absent = variant, absent
 

@@ -2,7 +2,10 @@
 outputs that alias inputs or each other, restore the grad mode the code left.
 
 In: the real inputs and the compiled forward's outputs. Out: the flat user outputs.
-Each step is a small dataclass with a readable repr; `Epilogue` runs them in order.
+`Epilogue` is the data (write-backs, metadata replays, restrides, output rebuilds, each a
+small dataclass with a readable repr); `epilogue_steps` makes its steps (the bottom of this
+file), each with `run` and `emit` side by side (runtime/lower.py): `Epilogue.run` interprets
+them, and an entry's generated call writes them out when every one has straight code.
 """
 from __future__ import annotations
 
@@ -318,8 +321,6 @@ def _restride_bases(analysis: ForwardAnalysis, symbol_sources: dict) -> list[Res
     return steps
 
 
-
-
 # -- the epilogue's steps (runtime/lower.py: run and emit side by side) -------------------
 
 class EpilogueEnv:
@@ -523,21 +524,38 @@ class RestoreGradMode:
         return False
 
 
-def epilogue_steps(e: Epilogue) -> tuple:
+def epilogue_steps(epilogue: Epilogue) -> tuple:
     """The epilogue's steps, in the order they run, only those it needs."""
-    steps: list = [BindSizes(e.sizes)] if e.sizes is not None else []
+    e = epilogue
+    steps: list = []
+    if e.sizes is not None:
+        steps.append(BindSizes(e.sizes))
     if e.metadata:
         steps.append(MetadataBeforeWrites(tuple(e.metadata)))
     quiet = tuple((w.input_index, w.slot) for w in e.write_backs if w.quiet)
+    if quiet:
+        steps.append(WriteTogether(quiet, through_data=False))
     unversioned = tuple((w.input_index, w.slot) for w in e.write_backs if w.unversioned)
+    if unversioned:
+        steps.append(WriteTogether(unversioned, through_data=True))
     bumped = tuple(w.input_index for w in e.write_backs if w.in_graph and w.bumps_version)
+    if bumped:
+        steps.append(BumpVersions(bumped))
     loud = tuple(w for w in e.write_backs if not (w.quiet or w.unversioned or w.after_metadata or w.in_graph))
+    if loud:
+        steps.append(WriteOneByOne(loud, e.num_inputs))
+    if e.metadata:
+        steps.append(MetadataAfterWrites())
     late = tuple(w for w in e.write_backs if w.after_metadata)
-    steps += [step for step, present in (
-        (WriteTogether(quiet, through_data=False), quiet), (WriteTogether(unversioned, through_data=True), unversioned),
-        (BumpVersions(bumped), bumped), (WriteOneByOne(loud, e.num_inputs), loud),
-        (MetadataAfterWrites(), e.metadata), (WriteOneByOne(late, e.num_inputs, late=True), late),
-        (MarkLeaves(tuple(e.leaf_outputs)), e.leaf_outputs), (RestrideBases(tuple(e.restrides)), e.restrides),
-        (RebuildOutputs(tuple(e.outputs)), True), (ScalarOutputs(tuple(e.scalar_outputs)), e.scalar_outputs),
-        (RestoreGradMode(e.grad_mode_after), e.grad_mode_after is not None)) if present]
+    if late:
+        steps.append(WriteOneByOne(late, e.num_inputs, late=True))
+    if e.leaf_outputs:
+        steps.append(MarkLeaves(tuple(e.leaf_outputs)))
+    if e.restrides:
+        steps.append(RestrideBases(tuple(e.restrides)))
+    steps.append(RebuildOutputs(tuple(e.outputs)))
+    if e.scalar_outputs:
+        steps.append(ScalarOutputs(tuple(e.scalar_outputs)))
+    if e.grad_mode_after is not None:
+        steps.append(RestoreGradMode(e.grad_mode_after))
     return tuple(steps)

@@ -8,10 +8,12 @@ straight-line Python into a `Code` and returns True, or returns False when it ha
 form, and then the whole section is interpreted.
 
 - `interpret(steps, env)` runs the steps in order.
-- `lower(name, head, steps, tail)` writes them between a head (the `def` line) and a tail (the
-  `return` line) and builds the function, or answers None (a step said False, or `generate` is
-  off); `emit_all(code, steps)` writes a part of a section, or leaves the code as it was. The function keeps its source (`.source`); an interpreted section's printout is
-  `describe(name, steps)`.
+- `lower(name, head, steps, tail, constants)` writes them between a head (the `def` line) and
+  a tail (the `return` line) and builds the function, or answers None (a step said False, or
+  `generate` is off). The function keeps its source (`.source`).
+- `emit_all(code, steps)` writes a part of a section (the epilogue inside a call) whole, or
+  leaves the code as it was: the part is then one line running it interpreted.
+- `describe(name, steps)` is an interpreted section's printout.
 
 Generated code is the fast path (per-call overhead well below `aot_eager`'s); the interpreter
 is the path for every case and the reference the generated code is tested against.
@@ -56,6 +58,14 @@ class Code:
     def __call__(self, line: str) -> None:
         self.lines.append(line)
 
+    def mark(self) -> tuple:
+        """Where the code is now (lines and constants), to come `back_to`."""
+        return len(self.lines), dict(self._names), dict(self.namespace)
+
+    def back_to(self, mark: tuple) -> None:
+        lines, self._names, self.namespace = mark
+        del self.lines[lines:]
+
     @property
     def source(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -73,6 +83,7 @@ def tuple_of(names: Sequence[str]) -> str:
 
 
 def interpret(steps: Sequence[Step], env: Any) -> Any:
+    """Run the steps on `env`, in order; the env holds the results."""
     for step in steps:
         step.run(env)
     return env
@@ -81,8 +92,9 @@ def interpret(steps: Sequence[Step], env: Any) -> Any:
 def lower(name: str, head: str, steps: Sequence[Step], tail: str | None,
           constants: dict[str, Any] | None = None) -> Callable | None:
     """The steps as one generated function `name`: `head` (its `def` line), each step's code,
-    `tail` (None: the last step returns). `constants` are global names every step may use (the section's own values: the
-    plan, types). None when a step has no straight form, or `generate` is off."""
+    `tail` (None: the last step returns). `constants` are global names every step may use
+    (the section's own values: the plan, types). None when a step has no straight form, or
+    `generate` is off."""
     if not generate:
         return None
     code = Code(name)
@@ -100,11 +112,10 @@ def emit_all(code: Code, steps: Sequence[Step]) -> bool:
     """Write every step into `code`; if one has no straight form, leave `code` as it was (lines
     and constants) and answer False: the caller then runs the steps interpreted (a part of a
     section, such as the epilogue inside a call, can be one line calling the interpreter)."""
-    lines, names, namespace = len(code.lines), dict(code._names), dict(code.namespace)
+    mark = code.mark()
     for step in steps:
         if not step.emit(code):
-            del code.lines[lines:]
-            code._names, code.namespace = names, namespace
+            code.back_to(mark)
             return False
     return True
 

@@ -74,6 +74,24 @@ def test_an_aotgrad_function_given_some_gradients_runs_only_what_they_reach_in_t
     assert "aten.cos.default" not in targets, graphs[0].code
 
 
+def test_a_variant_that_needs_zeros_is_made_outside_the_capture():
+    """The backward of `split` cats the two outputs' tangents: the variant without the second
+    keeps zeros in its place, made on the partition's fake tensors (not recorded into the
+    capture, whose fake mode would refuse them)."""
+    def split_then_each(x):
+        a, b = (x * 2).split(2)
+        return a.sin(), b.cos()
+    f = aotgrad.aot_function(split_then_each, aotgrad.nop)
+
+    def fn():
+        x = torch.randn(4, requires_grad=True)
+        a, _ = f(x)
+        (a * 3).sum().backward()
+        return [x.grad]
+
+    check(fn, captures=1)
+
+
 def test_a_gradient_into_an_output_eager_cannot_differentiate_raises_in_the_capture():
     """`a.mul_(a)` on an input: a gradient reaching the written input raises eager's error
     when the captured graph runs (the steps' refusal, recorded as a call out); the output's own
