@@ -278,7 +278,7 @@ def _wrapper_source(entry: _Entry) -> str:
     """The generated code that runs a call of `entry`, for people (explain, report)."""
     runtime = entry.runtime
     parts = [entry.call.source if entry.call is not None else "# (calls take the general path)\n"]
-    plan = getattr(runtime, "plan", None)
+    plan = runtime.plan  # (None: an inference call)
     if plan is not None:
         parts += [plan.run_forward.source, plan.run_backward.source]
     return "\n".join(parts)

@@ -236,6 +236,13 @@ class Epilogue:
     def __post_init__(self):
         self.steps = epilogue_steps(self)
 
+    def __getstate__(self) -> dict:  # (the disk cache stores the data; the steps follow from it)
+        return {k: v for k, v in self.__dict__.items() if k != "steps"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.steps = epilogue_steps(self)
+
     @property
     def touches_inputs(self) -> bool:
         """Does it write into an input or return one, or a view of one? Then which inputs
